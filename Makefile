@@ -1,0 +1,41 @@
+# coursekit: `make lab` starts the course, `make test` runs every test.
+# Both create the virtual environment .venv (Python 3.11+) on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+PORT   ?= 8888
+PYTEST_ARGS ?=
+
+.PHONY: install lab test notebooks exercises bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test,mpi]"
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+lab: $(STAMP)
+	@echo "Starting JupyterLab on http://127.0.0.1:$(PORT)/lab (open the link with the token printed below)"
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(CURDIR) notebooks/00_setup.ipynb
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests notebooks solutions --nbval --nbval-current-env \
+		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 $(PYTEST_ARGS)
+
+notebooks: $(STAMP)
+	$(BIN)/python -m coursekit.notebooks execute
+
+exercises: $(STAMP)
+	$(BIN)/python -m coursekit.notebooks exercises
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,34 @@
+"""Test-run set-up shared by pytest and nbval.
+
+Every kernel, cluster and engine of the run uses a private IPYTHONDIR (set
+here, before anything starts), so the run can find and end exactly its own
+processes: tests marked ``last`` run after every notebook, and
+``pytest_sessionfinish`` ends whatever a failed test or a killed kernel left.
+"""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+IPYTHON_DIR = tempfile.mkdtemp(prefix="coursekit-test-ipython-")
+os.environ["IPYTHONDIR"] = IPYTHON_DIR
+os.environ.pop("COURSEKIT_CLUSTER", None)  # tests start their own clusters
+os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiet debugpy in kernels
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
+def pytest_sessionfinish(session):
+    from coursekit.processes import end_cluster_processes
+
+    end_cluster_processes(IPYTHON_DIR)
+    shutil.rmtree(IPYTHON_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def ipython_dir():
+    return IPYTHON_DIR

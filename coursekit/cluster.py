@@ -1,0 +1,384 @@
+"""Start, attach to, and stop the ipyparallel cluster a chapter runs on.
+
+A student's notebook calls ``start(n=4)``: a controller on loopback and ``n``
+local engines, ready in about two seconds (the controller's heartbeat period is
+lowered from 3 s to 100 ms; with the default it takes ~6.7 s here). An
+instructor sets one environment variable, ``COURSEKIT_CLUSTER``, and the same
+``start()`` call attaches to the running cluster instead (see :func:`connect`).
+
+Every engine learns its ``rank`` (0 .. size-1, the MPI rank when the engines
+are MPI processes, else the order of engine ids) and ``size``; on the engine,
+:func:`this_engine` returns them and the names ``rank`` and ``size`` are set in
+its namespace for ``%px`` cells.
+
+Engines run one compute thread each by default (``NUMBA_NUM_THREADS=1``,
+``OMP_NUM_THREADS=1`` ...): with several engines per machine, more threads only
+oversubscribe the cores and make timings noisy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from coursekit.processes import end_processes, with_descendants
+
+__all__ = [
+    "ENV_CLUSTER",
+    "ClusterError",
+    "CourseCluster",
+    "EngineError",
+    "EngineInfo",
+    "connect",
+    "start",
+    "this_engine",
+]
+
+#: Set to ``PROFILE``, ``PROFILE:CLUSTER_ID`` or the path of an
+#: ``ipcontroller-client.json`` file to make :func:`start` attach to that
+#: running cluster instead of starting a local one.
+ENV_CLUSTER = "COURSEKIT_CLUSTER"
+
+#: Environment variables that limit every engine to ``threads`` compute threads.
+THREAD_VARIABLES = (
+    "NUMBA_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+
+ENGINE_LAUNCHERS = ("local", "mpi")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, found or reached."""
+
+
+class EngineError(RuntimeError):
+    """Code run on an engine raised; the message names the engine's rank."""
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine knows about itself."""
+
+    rank: int
+    size: int
+    mpi: bool
+    host: str
+    pid: int
+
+
+_this_engine: EngineInfo | None = None
+
+
+def this_engine() -> EngineInfo:
+    """Rank and size of the engine this code runs on (only valid on an engine)."""
+    if _this_engine is None:
+        raise RuntimeError(
+            "this_engine() only works on an engine of a coursekit cluster: "
+            "call it inside a function run with cluster.run(...) or a %px cell"
+        )
+    return _this_engine
+
+
+def _register_engine(rank: int, size: int, mpi: bool) -> EngineInfo:
+    """Runs on each engine once: store its rank and size (module + namespace)."""
+    global _this_engine
+    _this_engine = EngineInfo(rank, size, mpi, socket.gethostname(), os.getpid())
+    try:  # make `rank` and `size` available to %px cells
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            shell.user_ns.update(rank=rank, size=size)
+    except ImportError:
+        pass
+    return _this_engine
+
+
+def _mpi_rank_or_none():
+    """Runs on each engine: its MPI rank if it is one of several MPI processes."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    world = MPI.COMM_WORLD
+    return world.Get_rank() if world.Get_size() > 1 else None
+
+
+class CourseCluster:
+    """A connected cluster: run functions on every engine, in rank order, then stop.
+
+    Use as a context manager (``with start(4) as c: ...``) or call :meth:`stop`.
+    A cluster this process started is shut down by :meth:`stop`; an attached
+    cluster (an instructor's) is only disconnected from.
+    """
+
+    def __init__(self, client, ipp_cluster=None, *, timeout: float = 60.0):
+        self.client = client
+        self.ipp_cluster = ipp_cluster
+        self.timeout = timeout
+        self._stopped = False
+        self.engine_ids, self.mpi = self._assign_ranks()
+        self.size = len(self.engine_ids)
+        self.view = client.direct_view(targets=self.engine_ids)
+        self.view.block = False
+        for rank, engine_id in enumerate(self.engine_ids):
+            client[engine_id].apply_sync(_register_engine, rank, self.size, self.mpi)
+
+    @property
+    def owned(self) -> bool:
+        """True if this process started the cluster (and :meth:`stop` ends it)."""
+        return self.ipp_cluster is not None
+
+    def _assign_ranks(self) -> tuple[list[int], bool]:
+        ids = sorted(self.client.ids)
+        mpi_ranks = self.client.direct_view(targets=ids).apply_sync(_mpi_rank_or_none)
+        if all(r is not None for r in mpi_ranks) and sorted(mpi_ranks) == list(range(len(ids))):
+            return [eid for _, eid in sorted(zip(mpi_ranks, ids))], True
+        return ids, False
+
+    def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
+        """Run ``fn(*args, **kwargs)`` on every engine; return the results in rank order.
+
+        Raises :class:`EngineError` naming the rank if an engine raised, and
+        ``TimeoutError`` naming the ranks still busy after ``timeout`` seconds.
+        """
+        import ipyparallel as ipp
+
+        timeout = self.timeout if timeout is None else timeout
+        result = self.view.apply_async(fn, *args, **kwargs)
+        try:
+            return result.get(timeout=timeout)
+        except ipp.error.TimeoutError:
+            busy = [self.engine_ids.index(e) for e in result._targets if not result.ready()]
+            raise TimeoutError(
+                f"{getattr(fn, '__name__', fn)} did not finish within {timeout} s on ranks "
+                f"{busy}; interrupt them with cluster.interrupt() or raise timeout=..."
+            ) from None
+        except ipp.error.CompositeError as error:
+            raise self._engine_error(fn, error) from None
+        except ipp.error.RemoteError as error:
+            raise self._engine_error(fn, error) from None
+
+    def _engine_error(self, fn, error) -> EngineError:
+        failures = getattr(error, "elist", None) or [
+            (error.ename, error.evalue, error.traceback, error.engine_info)
+        ]
+        lines = []
+        for ename, evalue, _tb, info in failures:
+            engine_id = (info or {}).get("engine_id")
+            rank = self.engine_ids.index(engine_id) if engine_id in self.engine_ids else "?"
+            lines.append(f"rank {rank}: {ename}: {evalue}")
+        name = getattr(fn, "__name__", repr(fn))
+        return EngineError(f"{name} failed on {len(lines)} engine(s):\n  " + "\n  ".join(lines))
+
+    def interrupt(self) -> None:
+        """Send SIGINT to busy engines of a cluster this process started."""
+        if self.owned:
+            self.ipp_cluster.signal_engines_sync(signal.SIGINT)
+
+    def stop(self) -> None:
+        """Interrupt busy engines, shut down a cluster we started, close the client."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.owned:
+            processes = with_descendants(self._process_ids())
+            try:
+                self.ipp_cluster.signal_engines_sync(signal.SIGINT)
+            except Exception:  # engines that already died cannot be signalled
+                pass
+            self.client.close()
+            self.ipp_cluster.stop_cluster_sync()
+            end_processes(processes)
+        else:
+            self.client.close()
+
+    def _process_ids(self) -> list[int]:
+        launchers = [self.ipp_cluster.controller]
+        for engine_set in self.ipp_cluster.engines.values():
+            launchers.extend(getattr(engine_set, "launchers", {}).values() or [engine_set])
+        return [proc.pid for launcher in launchers if (proc := getattr(launcher, "process", None))]
+
+    def __enter__(self) -> "CourseCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        how = "started here" if self.owned else "attached"
+        state = "stopped" if self._stopped else f"{self.size} engines"
+        return f"<CourseCluster {state}, {how}, mpi={self.mpi}>"
+
+
+def _engine_environment(threads: int, env: dict | None) -> dict:
+    environment = {name: str(threads) for name in THREAD_VARIABLES}
+    environment.update({str(k): str(v) for k, v in (env or {}).items()})
+    return environment
+
+
+def _check_positive_int(name: str, value, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer ({what}), got {value!r}")
+
+
+def start(
+    n: int = 4,
+    *,
+    engines: str = "local",
+    threads_per_engine: int = 1,
+    engine_env: dict | None = None,
+    ip: str = "127.0.0.1",
+    heartbeat_ms: int = 100,
+    timeout: float = 60.0,
+    profile: str | None = None,
+) -> CourseCluster:
+    """Start a local cluster of ``n`` engines and connect to it.
+
+    If the environment variable ``COURSEKIT_CLUSTER`` is set, attach to that
+    running cluster instead (``n`` is then the minimum number of engines to
+    wait for) so notebooks run unchanged on an instructor's cluster.
+
+    ``engines="mpi"`` starts the engines with ``mpiexec`` from this Python's
+    environment (``pip install "coursekit[mpi]"``), so they are MPI ranks.
+    Engines that are not up within ``timeout`` seconds raise
+    :class:`ClusterError` with the engines' own output.
+    """
+    _check_positive_int("n", n, "the number of engines")
+    _check_positive_int("threads_per_engine", threads_per_engine, "compute threads per engine")
+    if engines not in ENGINE_LAUNCHERS:
+        raise ValueError(f"engines must be one of {ENGINE_LAUNCHERS}, got {engines!r}")
+    if os.environ.get(ENV_CLUSTER):
+        return connect(n=n, timeout=timeout)
+    if profile is not None:
+        _profile_dir(profile)  # a clear error if it does not exist
+
+    import ipyparallel as ipp
+
+    launcher_args = {}
+    if engines == "mpi":
+        launcher_args["mpi_cmd"] = [_mpiexec()]
+    ipp_cluster = ipp.Cluster(
+        n=n,
+        profile=profile or "default",
+        controller_ip=ip,
+        controller_args=[f"--HeartMonitor.period={heartbeat_ms}"],
+        engine_launcher_class=engines,
+        engine_timeout=int(timeout),
+        log_level=40,  # errors only: launcher chatter would end up in notebook outputs
+    )
+    ipp_cluster.start_controller_sync()
+    try:
+        ipp_cluster.start_engines_sync(
+            n, environment=_engine_environment(threads_per_engine, engine_env), **launcher_args
+        )
+        client = ipp_cluster.connect_client_sync()
+        try:
+            client.wait_for_engines(n, timeout=timeout, interactive=False)
+        except TimeoutError:
+            output = "\n".join(es.get_output() for es in ipp_cluster.engines.values())
+            client.close()
+            raise ClusterError(
+                f"only {len(client.ids)} of {n} engines registered within {timeout} s. "
+                f"Engine output:\n{output or '(no output)'}"
+            ) from None
+        return CourseCluster(client, ipp_cluster, timeout=timeout)
+    except BaseException:
+        ipp_cluster.stop_cluster_sync()
+        raise
+
+
+def connect(
+    spec: str | None = None,
+    *,
+    profile: str | None = None,
+    cluster_id: str | None = None,
+    n: int = 1,
+    timeout: float = 60.0,
+) -> CourseCluster:
+    """Attach to a running cluster.
+
+    ``spec`` (default: ``$COURSEKIT_CLUSTER``) is ``PROFILE``,
+    ``PROFILE:CLUSTER_ID`` or the path of an ``ipcontroller-client.json``;
+    ``profile`` / ``cluster_id`` may be given instead. Waits until at least
+    ``n`` engines are registered.
+    """
+    import ipyparallel as ipp
+
+    _check_positive_int("n", n, "the minimum number of engines to wait for")
+    spec = spec if spec is not None else os.environ.get(ENV_CLUSTER, "")
+    url_file = None
+    if spec.endswith(".json"):
+        url_file = Path(spec).expanduser()
+        if not url_file.is_file():
+            raise ClusterError(f"{ENV_CLUSTER}/spec names {url_file}, which does not exist")
+    elif spec:
+        profile, _, cluster_id = spec.partition(":")
+    profile = profile or "default"
+    if url_file is None:
+        url_file = _connection_file(profile, cluster_id or "")
+    try:
+        client = ipp.Client(str(url_file), timeout=min(timeout, 10))
+    except (TimeoutError, ipp.error.TimeoutError) as error:
+        raise ClusterError(
+            f"the controller of {url_file} does not answer ({error}); is the cluster running? "
+            "Start it with `ipcluster start` (see README, Instructors)"
+        ) from None
+    try:
+        client.wait_for_engines(n, timeout=timeout, interactive=False)
+    except TimeoutError:
+        count = len(client.ids)
+        client.close()
+        raise ClusterError(
+            f"the cluster of {url_file} has {count} engines; waited {timeout} s for {n}"
+        ) from None
+    return CourseCluster(client, timeout=timeout)
+
+
+def _ipython_dir() -> Path:
+    from IPython.paths import get_ipython_dir
+
+    return Path(get_ipython_dir())
+
+
+def _profile_dir(profile: str) -> Path:
+    path = _ipython_dir() / f"profile_{profile}"
+    if not path.is_dir():
+        raise ClusterError(
+            f"no IPython profile {profile!r} (looked for {path}). Create it with "
+            f"`ipython profile create --parallel {profile}` or fix the name "
+            f"(also check ${ENV_CLUSTER})"
+        )
+    return path
+
+
+def _connection_file(profile: str, cluster_id: str) -> Path:
+    security = _profile_dir(profile) / "security"
+    name = f"ipcontroller-{cluster_id}-client.json" if cluster_id else "ipcontroller-client.json"
+    path = security / name
+    if not path.is_file():
+        running = sorted(p.name for p in security.glob("ipcontroller-*client.json"))
+        raise ClusterError(
+            f"no running cluster with id {cluster_id!r} in profile {profile!r} "
+            f"(no {path}); running there: {running or 'none'}. Start one with "
+            f"`ipcluster start --profile={profile}` or fix the id"
+        )
+    return path
+
+
+def _mpiexec() -> str:
+    candidate = Path(sys.prefix) / "bin" / "mpiexec"
+    if candidate.exists():
+        return str(candidate)
+    raise ClusterError(
+        f"engines='mpi' needs mpiexec in this environment ({candidate} is missing): "
+        'pip install "coursekit[mpi]"'
+    )
+

@@ -1,0 +1,80 @@
+"""The machinery every exercise check shares.
+
+A check is a function decorated with :func:`check`. It receives the student's
+function, runs it on test inputs, and raises :class:`CheckFailure` with a
+message that names the input, what was expected and what came back. The
+decorator turns that into one friendly line for the student:
+
+* ``PASS  <name>: <details>`` when every case passed,
+* ``FAIL  <name>: <message>`` when a case failed (the student's own exception
+  is reported by type and message, never as a bare traceback),
+* ``TODO  <name>: not implemented yet ...`` when the student's function still
+  raises the stub's ``NotImplementedError``.
+
+The decorated check returns a :class:`CheckResult`, which is truthy only on a
+pass, so tests can ``assert check_x(solution)`` and ``assert not check_x(stub)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+__all__ = ["CheckFailure", "CheckResult", "check"]
+
+
+class CheckFailure(AssertionError):
+    """Raised inside a check when the student's result is wrong."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of one check: ``status`` is "pass", "fail" or "todo"."""
+
+    name: str
+    status: str
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.status == "pass"
+
+    def __str__(self) -> str:
+        label = {"pass": "PASS", "fail": "FAIL", "todo": "TODO"}[self.status]
+        return f"{label}  {self.name}: {self.message}"
+
+    def _repr_pretty_(self, printer, cycle):  # IPython shows the line, not the dataclass
+        printer.text(str(self))
+
+
+def check(name: str):
+    """Decorate ``fn(student_fn, ...)`` so that it prints and returns a CheckResult.
+
+    The decorated function returns a short success detail (str) or None.
+    """
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def run(*args, quiet: bool = False, **kwargs) -> CheckResult:
+            try:
+                detail = fn(*args, **kwargs)
+                result = CheckResult(name, "pass", detail or "all cases passed")
+            except NotImplementedError:
+                result = CheckResult(
+                    name,
+                    "todo",
+                    "not implemented yet: replace the `raise NotImplementedError` "
+                    "in your function with your code, then run this check again.",
+                )
+            except CheckFailure as failure:
+                result = CheckResult(name, "fail", str(failure))
+            except Exception as exc:  # the student's code raised: report it plainly
+                result = CheckResult(
+                    name, "fail", f"your function raised {type(exc).__name__}: {exc}"
+                )
+            if not quiet:
+                print(result)
+            return result
+
+        return run
+
+    return decorate

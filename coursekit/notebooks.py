@@ -1,0 +1,226 @@
+"""Build the course notebooks from their sources; generate the exercises.
+
+Notebooks are never edited as JSON. Each one has a percent-format source::
+
+    notebooks/src/00_setup.py    ->  notebooks/00_setup.ipynb
+    solutions/src/00_latency.py  ->  solutions/00_latency.ipynb  ->  exercises/00_latency.ipynb
+
+A source is a Python file whose cells start with a ``# %%`` line; a cell that
+starts with ``# %% [markdown]`` is markdown, each of its lines written as a
+``# `` comment. ``execute`` converts a source, runs it top to bottom in a fresh
+kernel and stores the notebook with its outputs (nbval later re-runs it and
+compares). Solution notebooks mark the student's part with nbgrader's
+``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines (text after ``BEGIN
+SOLUTION`` becomes the hint); ``exercises`` replaces each marked block by a stub
+that raises ``NotImplementedError`` and writes the exercise without outputs.
+
+Usage::
+
+    python -m coursekit.notebooks execute [PATH ...]   # sources or notebooks; default: all
+    python -m coursekit.notebooks exercises            # regenerate exercises/ from solutions/
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_FOLDERS = ("notebooks", "solutions")
+CELL_MARKER = re.compile(r"^# %%(?P<kind> \[markdown\])?\s*$")
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[:\s]*(?P<hint>.*?)\s*$")
+END = re.compile(r"^[ \t]*### END SOLUTION\s*$")
+CELL_TIMEOUT_S = 300
+
+
+class NotebookError(ValueError):
+    """A source or notebook path that cannot be built, with what to do instead."""
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def parse_source(text: str) -> nbformat.NotebookNode:
+    """Turn a percent-format source into an (unexecuted) notebook."""
+    cells, kind, lines = [], None, []
+
+    def flush():
+        body = "\n".join(lines).strip("\n")
+        if kind == "markdown":
+            body = "\n".join(re.sub(r"^# ?", "", line) for line in body.split("\n"))
+            cells.append(nbformat.v4.new_markdown_cell(body))
+        elif kind == "code" and body.strip():
+            cells.append(nbformat.v4.new_code_cell(body))
+
+    for line in text.splitlines():
+        marker = CELL_MARKER.match(line)
+        if marker:
+            flush()
+            kind, lines = ("markdown" if marker["kind"] else "code"), []
+        elif kind is None and line.strip() and not line.startswith("#"):
+            raise NotebookError("a notebook source must start with a '# %%' cell marker")
+        else:
+            lines.append(line)
+    flush()
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook.metadata.update(
+        kernelspec={"name": "python3", "display_name": "Python 3", "language": "python"},
+        language_info={"name": "python"},
+    )
+    for index, cell in enumerate(notebook.cells):
+        cell.id = f"cell-{index:03d}"  # stable ids: rebuilding gives the same JSON
+    return notebook
+
+
+def notebook_for(source: Path) -> Path:
+    """``notebooks/src/X.py`` -> ``notebooks/X.ipynb``."""
+    return source.parent.parent / (source.stem + ".ipynb")
+
+
+def source_for(notebook: Path) -> Path:
+    """``notebooks/X.ipynb`` -> ``notebooks/src/X.py``."""
+    return notebook.parent / "src" / (notebook.stem + ".py")
+
+
+def all_sources(root: Path = ROOT) -> list[Path]:
+    return sorted(p for folder in SOURCE_FOLDERS for p in (root / folder / "src").glob("*.py"))
+
+
+def resolve(path: str | Path, root: Path = ROOT) -> Path:
+    """The source behind a path that names a source or a built notebook."""
+    path = Path(path)
+    candidates = [path, root / path] if not path.is_absolute() else [path]
+    for candidate in candidates:
+        if candidate.suffix == ".ipynb":
+            candidate = source_for(candidate)
+        if candidate.suffix == ".py" and candidate.is_file() and candidate.parent.name == "src":
+            return candidate.resolve()
+    known = ", ".join(str(p.relative_to(root)) for p in all_sources(root)) or "none"
+    raise NotebookError(
+        f"no notebook source for {str(path)!r}: give a notebooks/src/*.py or solutions/src/*.py "
+        f"file or the .ipynb built from one (known: {known})"
+    )
+
+
+# --------------------------------------------------------------------------- execution
+
+
+def execute(source: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
+    """Run a source in a fresh kernel; store the notebook (and exercise) with outputs."""
+    from nbclient import NotebookClient
+
+    notebook = parse_source(source.read_text())
+    target = notebook_for(source)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="coursekit-ipython-") as ipython_dir:
+        saved = os.environ.get("IPYTHONDIR")
+        os.environ["IPYTHONDIR"] = ipython_dir  # the kernel's clusters stay in here
+        try:
+            NotebookClient(
+                notebook,
+                timeout=timeout,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(target.parent)}},
+            ).execute()
+        finally:
+            if saved is None:
+                os.environ.pop("IPYTHONDIR")
+            else:
+                os.environ["IPYTHONDIR"] = saved
+            from coursekit.processes import end_cluster_processes
+
+            end_cluster_processes(ipython_dir)
+    nbformat.write(notebook, target)
+    print(f"executed {target.relative_to(ROOT)} in {time.monotonic() - started:.1f} s")
+    if target.parent.name == "solutions":
+        write_exercise(target)
+    return target
+
+
+# --------------------------------------------------------------------------- exercises
+
+
+def strip_solutions(text: str, code: bool = True) -> str:
+    """Replace every BEGIN/END SOLUTION block by a stub (code) or a prompt (markdown)."""
+    out, inside = [], False
+    for number, line in enumerate(text.split("\n"), 1):
+        begin = BEGIN.match(line)
+        if begin and inside:
+            raise NotebookError(f"line {number}: BEGIN SOLUTION inside another solution block")
+        if begin:
+            inside, indent, hint = True, begin["indent"], begin["hint"]
+            out += stub_lines(indent, hint, code)
+        elif END.match(line):
+            if not inside:
+                raise NotebookError(f"line {number}: END SOLUTION without BEGIN SOLUTION")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise NotebookError("a BEGIN SOLUTION block has no END SOLUTION")
+    return "\n".join(out)
+
+
+def stub_lines(indent: str, hint: str, code: bool) -> list[str]:
+    if not code:
+        return [f"YOUR ANSWER HERE{': ' + hint if hint else ''}"]
+    task = hint or "write this part"
+    return [f"{indent}# YOUR CODE HERE: {task}", f"{indent}raise NotImplementedError({task!r})"]
+
+
+def exercise_from(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The exercise: solution blocks stubbed out, code outputs cleared."""
+    exercise = nbformat.from_dict(solution)
+    for cell in exercise.cells:
+        cell.source = strip_solutions(cell.source, code=cell.cell_type == "code")
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return exercise
+
+
+def exercise_path(solution: Path) -> Path:
+    return solution.parent.parent / "exercises" / solution.name
+
+
+def write_exercise(solution: Path) -> Path:
+    target = exercise_path(solution)
+    target.parent.mkdir(exist_ok=True)
+    nbformat.write(exercise_from(nbformat.read(solution, as_version=4)), target)
+    print(f"generated {target.relative_to(ROOT)}")
+    return target
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m coursekit.notebooks", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("execute", help="run sources in a fresh kernel and store the notebooks")
+    run.add_argument("paths", nargs="*", help="sources or notebooks (default: all)")
+    run.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, help="seconds per cell")
+    commands.add_parser("exercises", help="regenerate exercises/ from solutions/*.ipynb")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "execute":
+            sources = [resolve(p) for p in args.paths] or all_sources()
+            for source in sources:
+                execute(source, timeout=args.timeout)
+        else:
+            for solution in sorted((ROOT / "solutions").glob("*.ipynb")):
+                write_exercise(solution)
+    except NotebookError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

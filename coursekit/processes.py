@@ -1,0 +1,73 @@
+"""Find and end the processes a cluster leaves behind (controllers, engines, MPI).
+
+nbval kills a notebook's kernel without running its atexit handlers, so a
+cluster that a notebook did not stop would outlive it. The test run and the
+notebook builder therefore give kernels their own ``IPYTHONDIR`` and, at the
+end, end every cluster process that inherited it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psutil
+
+CLUSTER_COMMAND = re.compile(
+    r"ipyparallel\.(controller|engine)|ipcontroller|ipengine|ipcluster|mpiexec|hydra_pmi_proxy"
+)
+
+
+def cluster_processes(ipython_dir: str | None = None) -> list[psutil.Process]:
+    """Cluster processes; only those started under ``ipython_dir`` if it is given."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        command = " ".join(proc.info["cmdline"] or [])
+        if not CLUSTER_COMMAND.search(command):
+            continue
+        environ = proc.info["environ"] or {}
+        if ipython_dir is None or environ.get("IPYTHONDIR") == str(ipython_dir):
+            found.append(proc)
+    return found
+
+
+def describe(proc: psutil.Process) -> str:
+    try:
+        return f"pid {proc.pid}: {' '.join(proc.cmdline())[:160]}"
+    except psutil.NoSuchProcess:
+        return f"pid {proc.pid}: (gone)"
+
+
+def with_descendants(pids: list[int]) -> list[psutil.Process]:
+    """psutil handles of these processes and all their descendants (e.g. engine nannies)."""
+    processes = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            processes += [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return processes
+
+
+def end_processes(processes: list[psutil.Process], grace: float = 3.0) -> None:
+    """Terminate the processes still alive, and kill those alive ``grace`` s later."""
+    for proc in processes:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def end_cluster_processes(ipython_dir: str | None = None, grace: float = 3.0) -> list[str]:
+    """End the cluster processes of ``ipython_dir``; return what was ended."""
+    processes = cluster_processes(ipython_dir)
+    ended = [describe(proc) for proc in processes]
+    end_processes(processes, grace)
+    return ended

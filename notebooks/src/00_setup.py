@@ -1,0 +1,103 @@
+# %% [markdown]
+# # 00 · Your cluster
+#
+# Every chapter of this course runs its experiments on a small **cluster**: one
+# controller and a few **engines**, each a separate Python process, started by
+# [ipyparallel](https://ipyparallel.readthedocs.io). The notebook you are reading
+# only orchestrates and plots; the work happens on the engines, the way a training
+# job runs on the GPUs of a cluster.
+#
+# On your laptop `cluster.start(n=4)` starts 4 local engines in about two seconds.
+# On an instructor's cluster the same call attaches to the engines already running
+# there (the instructor sets `COURSEKIT_CLUSTER`; see the README), so every notebook
+# runs unchanged.
+
+# %%
+from coursekit import cluster
+
+c = cluster.start(n=4)
+c
+
+# %% [markdown]
+# ## Ranks
+#
+# Like MPI processes, the engines are numbered: each knows its **rank**
+# (0 … size-1) and the **size** of the cluster. `c.run(fn)` runs `fn` on every
+# engine and returns the results in rank order.
+
+# %%
+def hello():
+    import os
+    import socket
+
+    from coursekit.cluster import this_engine
+
+    me = this_engine()
+    return {"rank": me.rank, "size": me.size, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+greetings = c.run(hello)
+[(g["rank"], g["size"]) for g in greetings]
+
+# %% [markdown]
+# Each engine is its own process (its own pid), here all on one host:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for g in greetings:
+    print(f"rank {g['rank']} of {g['size']}: host {g['host']}, pid {g['pid']}")
+
+# %%
+len({g["pid"] for g in greetings}) == c.size
+
+# %% [markdown]
+# ## A first ping-pong
+#
+# The lecture's model of one message of `n` bytes is
+#
+# $$t = l + \frac{n}{bw}$$
+#
+# (latency plus size over bandwidth). We send arrays of growing size from this
+# notebook to engine 0 and back; a round trip is two messages, so
+# $t_{rt}(n) = 2l + 2n/bw$. A straight-line fit gives both numbers.
+
+# %%
+import numpy as np
+
+from coursekit.roundtrip import measure_round_trips
+
+trips = measure_round_trips(c, repeats=5)
+slope, intercept = np.polyfit(trips.nbytes, trips.best, 1)
+latency, bandwidth = intercept / 2, 2 / slope
+trips.nbytes.tolist()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"one-way latency   l  ~ {latency * 1e3:.2f} ms")
+print(f"bandwidth         bw ~ {bandwidth / 1e6:.0f} MB/s")
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.loglog(trips.nbytes, trips.best * 1e3, "o", label="measured (best of 5)")
+ax.loglog(trips.nbytes, (2 * latency + 2 * trips.nbytes / bandwidth) * 1e3, "-", label="fit $2l + 2n/bw$")
+ax.set_xlabel("message size n [bytes]")
+ax.set_ylabel("round trip [ms]")
+ax.set_title("Notebook → engine 0 → notebook")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# Small messages cost the latency (milliseconds: every call passes through the
+# controller); large ones cost their size over the bandwidth. Collectives and
+# training therefore send data **engine to engine** (chapter 2), never through
+# this notebook.
+#
+# ## Stop the cluster
+#
+# Always the last cell: it interrupts busy engines and leaves no process behind.
+
+# %%
+c.stop()
+c

@@ -1,0 +1,165 @@
+"""coursekit.cluster on real local ipyparallel clusters (and its errors without one)."""
+
+import os
+import time
+
+import pytest
+from ipyparallel import interactive  # ship these test functions by value
+
+from coursekit import cluster
+from coursekit.processes import cluster_processes
+
+pytestmark = pytest.mark.cluster
+
+
+@interactive
+def engine_environment():
+    import os
+
+    from coursekit.cluster import this_engine
+
+    return this_engine().rank, os.environ.get("NUMBA_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS")
+
+
+@interactive
+def fail_on_rank(bad_rank):
+    from coursekit.cluster import this_engine
+
+    if this_engine().rank == bad_rank:
+        raise ValueError(f"rank {bad_rank} refuses")
+    return this_engine().rank
+
+
+@interactive
+def sleep_then_rank(seconds):
+    import time
+
+    from coursekit.cluster import this_engine
+
+    time.sleep(seconds)
+    return this_engine().rank
+
+
+@pytest.fixture(scope="module")
+def three():
+    with cluster.start(n=3) as c:
+        yield c
+
+
+def test_ranks_sizes_and_single_threaded_engines(three):
+    assert three.size == 3
+    assert three.run(engine_environment) == [(r, "1", "1") for r in range(3)]
+    infos = three.run(cluster.this_engine)
+    assert [(i.rank, i.size, i.mpi) for i in infos] == [(r, 3, False) for r in range(3)]
+    assert len({i.pid for i in infos}) == 3
+
+
+def test_rank_names_in_engine_namespace(three):
+    assert three.view.pull("rank", block=True) == [0, 1, 2]
+    assert three.view.pull("size", block=True) == [3, 3, 3]
+
+
+def test_engine_error_names_the_rank(three):
+    with pytest.raises(cluster.EngineError, match=r"rank 1: ValueError: rank 1 refuses"):
+        three.run(fail_on_rank, 1)
+    assert three.run(fail_on_rank, 99) == [0, 1, 2]  # engines survive it
+
+
+def test_timeout_names_busy_ranks_and_interrupt_frees_them(three):
+    with pytest.raises(TimeoutError, match=r"sleep_then_rank did not finish within 0.5 s on ranks \[0, 1, 2\]"):
+        three.run(sleep_then_rank, 60, timeout=0.5)
+    three.interrupt()
+    assert three.run(sleep_then_rank, 0, timeout=30) == [0, 1, 2]
+
+
+def test_threads_per_engine_is_configurable():
+    with cluster.start(n=1, threads_per_engine=2, engine_env={"COURSEKIT_MARK": "x"}) as c:
+        assert c.run(engine_environment) == [(0, "2", "2")]
+        assert c.run(os.getenv, "COURSEKIT_MARK") == ["x"]
+
+
+def test_stop_with_busy_engines_leaves_no_process(ipython_dir):
+    before = {p.pid for p in cluster_processes(ipython_dir)}  # other tests' clusters
+    c = cluster.start(n=2)
+    c.view.apply_async(sleep_then_rank, 120)  # busy engines
+    time.sleep(0.3)
+    ours = [p for p in cluster_processes(ipython_dir) if p.pid not in before]
+    assert len(ours) >= 5  # controller + 2 engines + their nannies
+    c.stop()
+    assert [p for p in ours if p.is_running() and p.status() != "zombie"] == []
+    c.stop()  # idempotent
+
+
+def test_env_variable_attaches_to_a_running_cluster(monkeypatch, ipython_dir):
+    with cluster.start(n=2) as owner:
+        cluster_id = owner.ipp_cluster.cluster_id
+        monkeypatch.setenv(cluster.ENV_CLUSTER, f"default:{cluster_id}")
+        attached = cluster.start(n=2)
+        assert not attached.owned and attached.size == 2
+        assert attached.run(fail_on_rank, -1) == [0, 1]
+        attached.stop()  # only disconnects
+        assert owner.run(fail_on_rank, -1) == [0, 1]
+        again = cluster.connect(profile="default", cluster_id=cluster_id)
+        assert again.size == 2
+        again.stop()
+
+
+def test_engines_that_fail_to_start_report_their_output(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nprint('engine start-up exploded on purpose', flush=True)\nsys.exit(3)\n"
+    )
+    with pytest.raises(cluster.ClusterError, match="engine start-up exploded on purpose"):
+        cluster.start(n=2, engine_env={"PYTHONPATH": str(tmp_path)}, timeout=8)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True, "4"])
+def test_bad_engine_count(n):
+    with pytest.raises(ValueError, match=r"n must be a positive integer \(the number of engines\)"):
+        cluster.start(n=n)
+
+
+def test_bad_launcher_and_threads():
+    with pytest.raises(ValueError, match=r"engines must be one of \('local', 'mpi'\)"):
+        cluster.start(2, engines="slurm")
+    with pytest.raises(ValueError, match="threads_per_engine must be a positive integer"):
+        cluster.start(2, threads_per_engine=0)
+
+
+def test_missing_profile_says_how_to_create_it():
+    with pytest.raises(cluster.ClusterError, match=r"no IPython profile 'nosuch'.*ipython profile create --parallel nosuch"):
+        cluster.connect(profile="nosuch")
+    with pytest.raises(cluster.ClusterError, match="no IPython profile 'nosuch'"):
+        cluster.start(2, profile="nosuch")
+
+
+def test_unknown_cluster_id_lists_running_ones():
+    os.makedirs(os.path.join(os.environ["IPYTHONDIR"], "profile_default", "security"), exist_ok=True)
+    with pytest.raises(cluster.ClusterError, match=r"no running cluster with id 'ghost' in profile 'default'"):
+        cluster.connect("default:ghost")
+
+
+def test_missing_connection_file(tmp_path):
+    with pytest.raises(cluster.ClusterError, match="does not exist"):
+        cluster.connect(str(tmp_path / "ipcontroller-client.json"))
+
+
+def test_this_engine_outside_an_engine():
+    with pytest.raises(RuntimeError, match="only works on an engine"):
+        cluster.this_engine()
+
+
+@pytest.mark.mpi
+def test_mpi_engines_get_their_mpi_rank():
+    pytest.importorskip("mpi4py", reason="needs the mpi extra: pip install '.[mpi]'")
+    with cluster.start(n=3, engines="mpi") as c:
+        infos = c.run(cluster.this_engine)
+        mpi_ranks = c.run(mpi_world_rank)
+    assert [(i.rank, i.size, i.mpi) for i in infos] == [(r, 3, True) for r in range(3)]
+    assert mpi_ranks == [0, 1, 2]  # coursekit's rank is the MPI rank
+
+
+@interactive
+def mpi_world_rank():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.Get_rank()

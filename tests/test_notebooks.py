@@ -1,0 +1,117 @@
+"""The notebook pipeline: sources -> executed notebooks -> generated exercises.
+
+nbval re-runs every notebook and compares outputs (the README's test command
+passes ``--nbval notebooks solutions``); these tests check the rest: stored
+notebooks match their sources, exercises match their solutions, stubs fail
+their checks politely.
+"""
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from coursekit import notebooks as nb
+
+SOURCES = nb.all_sources()
+SOLUTIONS = sorted((nb.ROOT / "solutions").glob("*.ipynb"))
+
+
+def code_and_markdown(notebook):
+    return [(c.cell_type, c.source) for c in notebook.cells]
+
+
+def test_there_is_a_notebook_for_every_chapter_zero_source():
+    names = [s.name for s in SOURCES]
+    assert "00_setup.py" in names and "00_latency_bandwidth.py" in names
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_stored_notebook_matches_its_source_and_is_fully_executed(source):
+    stored = nbformat.read(nb.notebook_for(source), as_version=4)
+    assert code_and_markdown(stored) == code_and_markdown(nb.parse_source(source.read_text())), (
+        f"{nb.notebook_for(source).name} is stale: run python -m coursekit.notebooks execute {source}"
+    )
+    code = [c for c in stored.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+
+def test_every_notebook_has_a_source():
+    built = sorted(p for folder in nb.SOURCE_FOLDERS for p in (nb.ROOT / folder).glob("*.ipynb"))
+    assert built == sorted(nb.notebook_for(s) for s in SOURCES)
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_committed_exercise_is_generated_from_its_solution(solution):
+    committed = nbformat.read(nb.exercise_path(solution), as_version=4)
+    generated = nb.exercise_from(nbformat.read(solution, as_version=4))
+    assert committed == generated, f"run: python -m coursekit.notebooks exercises"
+    text = "\n".join(c.source for c in committed.cells)
+    assert "### BEGIN SOLUTION" not in text and "raise NotImplementedError" in text
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_exercise_stubs_fail_their_checks_with_a_friendly_message(solution):
+    """Run the untouched exercise: checks say TODO, and only the stubs raise."""
+    from nbclient import NotebookClient
+
+    exercise = nbformat.read(nb.exercise_path(solution), as_version=4)
+    NotebookClient(exercise, timeout=120, allow_errors=True,
+                   resources={"metadata": {"path": str(solution.parent)}}).execute()
+    checks = [c for c in exercise.cells if c.cell_type == "code" and "check_" in c.source
+              and "import" not in c.source]
+    assert checks, "an exercise must call at least one check"
+    for cell in checks:
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        assert "TODO" in text and "not implemented yet" in text, text
+    errors = [o for c in exercise.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert all(e.ename == "NotImplementedError" for e in errors), [e.ename for e in errors]
+
+
+def test_parse_source_cells():
+    notebook = nb.parse_source(
+        "# comment before the first cell is dropped\n"
+        "# %% [markdown]\n# # Title\n#\n# text\n\n# %%\nx = 1\n\n\n# %%\n\n# %%\ny = 2\n"
+    )
+    assert code_and_markdown(notebook) == [("markdown", "# Title\n\ntext"), ("code", "x = 1"), ("code", "y = 2")]
+    assert [c.id for c in notebook.cells] == ["cell-000", "cell-001", "cell-002"]
+
+
+def test_parse_source_rejects_code_before_the_first_marker():
+    with pytest.raises(nb.NotebookError, match="must start with a '# %%' cell marker"):
+        nb.parse_source("x = 1\n# %%\ny = 2\n")
+
+
+def test_strip_solutions_keeps_indentation_and_hint():
+    text = "def f(x):\n    ### BEGIN SOLUTION: return x squared\n    return x * x\n    ### END SOLUTION\n"
+    stub = nb.strip_solutions(text)
+    assert stub == (
+        "def f(x):\n    # YOUR CODE HERE: return x squared\n"
+        "    raise NotImplementedError('return x squared')\n"
+    )
+    namespace = {}
+    exec(stub, namespace)
+    with pytest.raises(NotImplementedError):
+        namespace["f"](3)
+    assert nb.strip_solutions("a\n### BEGIN SOLUTION\nsecret\n### END SOLUTION", code=False) == "a\nYOUR ANSWER HERE"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("### END SOLUTION", "END SOLUTION without BEGIN"),
+    ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "inside another"),
+    ("### BEGIN SOLUTION\nx = 1", "has no END SOLUTION"),
+])
+def test_strip_solutions_rejects_broken_markers(text, message):
+    with pytest.raises(nb.NotebookError, match=message):
+        nb.strip_solutions(text)
+
+
+def test_cli_rejects_a_missing_notebook_with_one_clear_line():
+    result = subprocess.run([sys.executable, "-m", "coursekit.notebooks", "execute", "notebooks/99_nope.ipynb"],
+                            capture_output=True, text=True, timeout=60, cwd=nb.ROOT)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "no notebook source for 'notebooks/99_nope.ipynb'" in result.stderr
+    assert "notebooks/src/00_setup.py" in result.stderr
