@@ -11,6 +11,12 @@ import shutil
 import tempfile
 
 import pytest
+from hypothesis import settings
+
+# CI explores the same examples every run (no flaky reds); locally hypothesis varies them.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 IPYTHON_DIR = tempfile.mkdtemp(prefix="coursekit-test-ipython-")
 os.environ["IPYTHONDIR"] = IPYTHON_DIR
