@@ -7,6 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PORT   ?= 8888
 PYTEST_ARGS ?=
+LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: install lab test notebooks exercises bench clean
@@ -22,7 +23,7 @@ install: $(STAMP)
 
 lab: $(STAMP)
 	@echo "Starting JupyterLab on http://127.0.0.1:$(PORT)/lab (open the link with the token printed below)"
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(CURDIR) $(AS_ROOT) notebooks/00_setup.ipynb
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(CURDIR) $(AS_ROOT) $(LAB_ARGS) notebooks/00_setup.ipynb
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests notebooks solutions --nbval --nbval-current-env \

@@ -1,0 +1,131 @@
+"""Drive a real JupyterLab in a real headless Chromium, as a student would.
+
+The lab is started with the README's own command (``make lab``) on a free
+loopback port, with temporary runtime and settings folders (autosave off, so
+the test never writes into the course's notebooks). The browser is Debian's
+Chromium driven by Playwright; no browser is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+LAB_SETTINGS = {
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
+    # render every cell (JupyterLab 4 otherwise keeps only the visible ones in the page)
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    """``make lab`` in the background; ``url(path)`` gives an authenticated link."""
+
+    def __init__(self, repo: Path, workdir: Path, timeout: float = 90):
+        settings = workdir / "settings"
+        for name, values in LAB_SETTINGS.items():
+            (settings / name).parent.mkdir(parents=True, exist_ok=True)
+            (settings / name).write_text(json.dumps(values))
+        self.port = free_port()
+        self.log_path = workdir / "lab.log"
+        env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
+                   JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(workdir / "ws"))
+        self.process = subprocess.Popen(
+            ["make", "lab", f"PORT={self.port}", "LAB_ARGS=--no-browser"],
+            cwd=repo, env=env, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.token = self._wait_for_token(timeout)
+
+    def _wait_for_token(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(rf"127\.0\.0\.1:{self.port}/lab\?token=([0-9a-f]+)", self.log())
+            if found:
+                return found.group(1)
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"`make lab` did not start within {timeout} s:\n{self.log()[-3000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def url(self, path: str = "") -> str:
+        return f"http://127.0.0.1:{self.port}/lab/tree/{path}?token={self.token}"
+
+    def stop(self) -> None:
+        """SIGTERM the whole session (make, jupyter, kernels); kill it if it lingers."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+
+
+def menu(page, *names: str) -> None:
+    """Click through the main menu: ``menu(page, "Run", "Run All Cells")``."""
+    page.locator("#jp-MainMenu").get_by_role("menuitem", name=names[0], exact=True).click()
+    for name in names[1:]:
+        page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(name)}")).first.click()
+
+
+def open_notebook(page, lab: Lab, path: str, timeout_ms: int = 60_000) -> None:
+    page.goto(lab.url(path))
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=timeout_ms)
+    wait_for_kernel_idle(page, timeout_ms)
+
+
+def wait_for_kernel_idle(page, timeout_ms: int) -> None:
+    page.wait_for_function(
+        """() => {
+            const status = document.querySelector('.jp-Notebook-ExecutionIndicator');
+            return status && status.getAttribute('data-status') === 'idle';
+        }""",
+        timeout=timeout_ms,
+    )
+
+
+def run_all_cells(page, timeout_ms: int = 120_000) -> None:
+    """Clear every output, run every cell, wait until none is queued or running."""
+    menu(page, "Edit", "Clear Outputs of All Cells")
+    page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea-output').length === 0")
+    menu(page, "Run", "Run All Cells")
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-InputArea-prompt')];
+            const status = document.querySelector('.jp-Notebook-ExecutionIndicator');
+            return prompts.length > 0 && prompts.every(p => !p.textContent.includes('*'))
+                && status && status.getAttribute('data-status') === 'idle'
+                && document.querySelectorAll('.jp-OutputArea-output').length > 0;
+        }""",
+        timeout=timeout_ms,
+    )
+
+
+def error_outputs(page) -> list[str]:
+    """Texts of outputs that show an exception (tracebacks render as stderr)."""
+    texts = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').all_inner_texts()
+    return [t for t in texts if "Traceback" in t or re.search(r"\b\w+Error\b", t)]
