@@ -4,7 +4,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+EXTRAS ?= test,mpi
+comma  := ,
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)-$(subst $(comma),-,$(EXTRAS))
 PORT   ?= 8888
 PYTEST_ARGS ?=
 LAB_ARGS ?=
@@ -16,7 +18,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,mpi]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -35,8 +37,8 @@ notebooks: $(STAMP)
 exercises: $(STAMP)
 	$(BIN)/python -m coursekit.notebooks exercises
 
-bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[bench]"
+bench:
+	$(MAKE) install EXTRAS=test,mpi,bench
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
