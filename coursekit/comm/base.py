@@ -1,0 +1,256 @@
+"""The Comm protocol: argument checking, tracing, VERBOSE, sendrecv and barrier.
+
+Backends implement three hooks and inherit the public API unchanged:
+
+* ``_post(dest, arr, tag, buffered) -> handle``: start sending the wire array ``arr``.
+  When ``buffered`` the caller may reuse ``arr`` as soon as ``_post`` returns (the backend
+  copies it or waits until the transport owns the bytes); otherwise ``arr`` must stay
+  untouched until ``_complete(handle, ...)`` returns.
+* ``_complete(handle, dest, tag, deadline)``: wait for an unbuffered send.
+* ``_match(source, tag, out, deadline, op) -> (Header, array)``: the first message that
+  matches ``(source, tag)`` in arrival order (MPI's non-overtaking rule), filling ``out``
+  when given.
+
+Cost model: a message of n bytes costs about alpha + n * beta; the header adds
+16 + 8*ndim bytes, payloads up to ``frames.INLINE_MAX`` bytes travel in the same part.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import frames
+from .errors import ANY_SOURCE, ANY_TAG, MAX_TAG, CommError, CommTimeout, peer_name, tag_name
+from .trace import Message, describe, now, verbose_enabled
+
+BARRIER_TAG = MAX_TAG + 1
+"""Internal tags start here (``BARRIER_TAG + round``); ANY_TAG never matches them."""
+
+
+def matches(header: frames.Header, source: int, tag: int) -> bool:
+    """True when a message with ``header`` satisfies ``recv(source, tag)``."""
+    if source != ANY_SOURCE and header.source != source:
+        return False
+    return header.tag == tag if tag != ANY_TAG else header.tag <= MAX_TAG
+
+
+def recv_target(header: frames.Header, out) -> np.ndarray | None:
+    """The C-contiguous array a payload should be written into for ``recv(out=out)``.
+
+    None when ``out`` is None (the backend allocates). Raises ValueError when the message
+    does not fit ``out``.
+    """
+    if out is None:
+        return None
+    if out.dtype != header.dtype or out.shape != header.shape:
+        raise ValueError(
+            f"recv(out=...): the message from rank {header.source} (tag {header.tag}) is "
+            f"{header.dtype}{header.shape} but out is {out.dtype}{out.shape}; "
+            "shapes and dtypes must match exactly")
+    if out.flags.c_contiguous:
+        return out
+    return np.empty(header.shape, header.dtype)
+
+
+def fill(target: np.ndarray | None, arr: np.ndarray) -> np.ndarray:
+    """Copy ``arr`` into ``target`` when there is one; return whichever holds the data."""
+    if target is None:
+        return arr
+    np.copyto(target, arr)
+    return target
+
+
+def finish(out, arr: np.ndarray) -> np.ndarray:
+    """Return the received array: ``out`` (filled) when given, else a writable ``arr``."""
+    if out is None:
+        return arr if arr.flags.writeable else arr.copy()
+    if arr is not out:
+        np.copyto(out, arr)
+    return out
+
+
+class Comm:
+    """Point-to-point messaging between ``size`` ranks (mpi4py-like names).
+
+    Every blocking call waits at most ``timeout`` seconds and then raises CommTimeout.
+    ``trace=True`` records every user message in ``self.trace`` (see ``trace.Message``).
+    A Comm belongs to one thread: do not call it from several threads at once.
+    """
+
+    def __init__(self, rank: int, size: int, *, timeout: float = 30.0, trace: bool = False):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int, got {size!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
+            raise ValueError(f"rank must be an int in 0..{size - 1}, got {rank!r}")
+        self.rank = rank
+        self.size = size
+        self.timeout = timeout
+        self.tracing = bool(trace)
+        self.trace: list[Message] = []
+        self.closed = False
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
+        self._timeout = float(value)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
+
+    # ---- public API -------------------------------------------------------------------
+    def send(self, array: np.ndarray, dest: int, tag: int = 0) -> None:
+        """Send ``array`` to rank ``dest``; returns once ``array`` may be reused (buffered)."""
+        arr = self._check_send(array, dest, tag)
+        t0 = now()
+        self._post(dest, arr, tag, True)
+        if self.tracing or verbose_enabled():
+            self._record("send", self.rank, dest, tag, arr, t0)
+
+    def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, out=None) -> np.ndarray:
+        """Receive the first message matching ``(source, tag)``; fills and returns ``out`` if given."""
+        self._check_recv(source, tag, out)
+        t0 = now()
+        header, arr = self._match(source, tag, out, t0 + self._timeout, ("recv", source, tag))
+        if self.tracing or verbose_enabled():
+            self._record("recv", header.source, self.rank, header.tag, arr, t0)
+        return arr
+
+    def sendrecv(self, sendbuf: np.ndarray, dest: int, source: int = ANY_SOURCE,
+                 sendtag: int = 0, recvtag: int = ANY_TAG, out=None) -> np.ndarray:
+        """Send ``sendbuf`` to ``dest`` and receive from ``source`` without deadlocking,
+        even when the two ranks sendrecv to each other at the same time."""
+        arr = self._check_send(sendbuf, dest, sendtag)
+        self._check_recv(source, recvtag, out)
+        t0 = now()
+        deadline = t0 + self._timeout
+        handle = self._post(dest, arr, sendtag, False)
+        record = self.tracing or verbose_enabled()
+        if record:
+            self._record("send", self.rank, dest, sendtag, arr, t0)
+        t1 = now()
+        header, res = self._match(source, recvtag, out, deadline,
+                                  ("sendrecv", source, recvtag, dest))
+        if record:
+            self._record("recv", header.source, self.rank, header.tag, res, t1)
+        self._complete(handle, dest, sendtag, deadline)
+        return res
+
+    def barrier(self) -> None:
+        """Wait until every rank has entered the barrier.
+
+        Dissemination algorithm: ceil(log2 p) rounds of one zero-byte message each, so it
+        costs about ceil(log2 p) * alpha. Not recorded in the trace.
+        """
+        self._check_open()
+        deadline = now() + self._timeout
+        empty = np.empty(0, np.uint8)
+        step, rnd = 1, 0
+        while step < self.size:
+            tag = BARRIER_TAG + rnd
+            self._post((self.rank + step) % self.size, empty, tag, True)
+            self._match((self.rank - step) % self.size, tag, None, deadline, ("barrier",))
+            step, rnd = step * 2, rnd + 1
+
+    def close(self) -> None:
+        """Release the transport. Further calls raise CommError."""
+        self.closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- helpers for backends -----------------------------------------------------------
+    def _timeout_error(self, op: tuple, peer: int, tag: int) -> CommTimeout:
+        """CommTimeout for operation ``op``: ("recv", source, tag), ("send", dest, tag),
+        ("sendrecv", source, recvtag, dest) or ("barrier",) (formatted only when raised)."""
+        return CommTimeout(f"rank {self.rank}: {describe_op(op)} timed out after "
+                           f"{self._timeout:g} s waiting for {peer_name(peer)} (tag {tag_name(tag)})")
+
+    def _decode(self, head) -> frames.Header:
+        """Decode a header part; a defect becomes a CommError naming this rank."""
+        try:
+            return frames.decode(head, self.size)
+        except CommError as exc:
+            raise CommError(f"rank {self.rank}: dropped a message: {exc}") from None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise CommError(f"rank {self.rank}: this {type(self).__name__} is closed")
+
+    def _check_rank(self, value, what: str, wildcard: bool) -> None:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{what} must be an int rank, got {type(value).__name__}")
+        if not (0 <= value < self.size or (wildcard and value == ANY_SOURCE)):
+            extra = " or ANY_SOURCE" if wildcard else ""
+            raise ValueError(f"{what}={value} is not a rank of this comm: "
+                             f"allowed 0..{self.size - 1}{extra}")
+
+    def _check_tag(self, value, what: str, wildcard: bool) -> None:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{what} must be an int, got {type(value).__name__}")
+        if not (0 <= value <= MAX_TAG or (wildcard and value == ANY_TAG)):
+            extra = " or ANY_TAG" if wildcard else ""
+            raise ValueError(f"{what}={value} is out of range: allowed 0..{MAX_TAG}{extra}")
+
+    def _check_send(self, array, dest, tag) -> np.ndarray:
+        if (type(dest) is int and 0 <= dest < self.size and type(tag) is int
+                and 0 <= tag <= MAX_TAG and not self.closed):
+            return frames.wire_array(array)  # the common case, checked cheaply
+        self._check_open()
+        self._check_rank(dest, "dest", False)
+        self._check_tag(tag, "tag", False)
+        return frames.wire_array(array)
+
+    def _check_recv(self, source, tag, out) -> None:
+        if (out is None and type(source) is int and -1 <= source < self.size
+                and type(tag) is int and -1 <= tag <= MAX_TAG and not self.closed):
+            return  # the common case (ANY_SOURCE == ANY_TAG == -1), checked cheaply
+        self._check_open()
+        self._check_rank(source, "source", True)
+        self._check_tag(tag, "tag", True)
+        if out is not None:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out must be a NumPy array or None, got {type(out).__name__}")
+            if not out.flags.writeable:
+                raise ValueError("out is read-only; pass a writable array (e.g. out.copy())")
+
+    def _record(self, op, src, dst, tag, arr, t0) -> None:
+        msg = Message(op, int(src), int(dst), int(tag), arr.nbytes, t0, now())
+        if self.tracing:
+            self.trace.append(msg)
+        if verbose_enabled():
+            print(describe(msg, arr.dtype, arr.shape), flush=True)
+
+    # ---- backend hooks ------------------------------------------------------------------
+    def _post(self, dest: int, arr: np.ndarray, tag: int, buffered: bool):
+        raise NotImplementedError
+
+    def _complete(self, handle, dest: int, tag: int, deadline: float) -> None:
+        raise NotImplementedError
+
+    def _match(self, source: int, tag: int, out, deadline: float, op: str):
+        raise NotImplementedError
+
+
+def describe_op(op: tuple) -> str:
+    """``("recv", 0, 3)`` -> ``"recv(source=0, tag=3)"`` for error messages."""
+    name, *args = op
+    if name == "recv":
+        return f"recv(source={_src_name(args[0])}, tag={tag_name(args[1])})"
+    if name == "sendrecv":
+        return (f"sendrecv(dest={args[2]}, source={_src_name(args[0])}, "
+                f"recvtag={tag_name(args[1])})")
+    if name == "send":
+        return f"send(dest={args[0]}, tag={args[1]})"
+    return f"{name}()"
+
+
+def _src_name(source: int) -> str:
+    return "ANY_SOURCE" if source == ANY_SOURCE else str(source)

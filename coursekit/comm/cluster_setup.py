@@ -1,0 +1,118 @@
+"""Build a Comm on every engine of a coursekit cluster, engine-to-engine (never via the client).
+
+    from coursekit import cluster
+    from coursekit.comm import setup_comm, call_with_comm
+    from coursekit.comm.examples import ring_exchange
+    with cluster.start(n=4) as c:
+        setup_comm(c)                                   # ZmqComm on loopback (or MpiComm)
+        c.run(call_with_comm, ring_exchange, 8)         # runs ring_exchange(comm, 8) everywhere
+
+ZMQ setup is the two-phase protocol of ``coursekit.comm.zmq``: one ``c.run`` binds on
+every engine and returns the addresses in rank order, a second one connects every engine
+to all of them and checks the wiring with a barrier. On MPI engines one ``c.run``
+constructs an MpiComm on all ranks at once (a collective call). The comm lives on the
+engine; code running there gets it with :func:`engine_comm`.
+"""
+
+from __future__ import annotations
+
+from .errors import CommError
+
+BACKENDS = ("auto", "zmq", "mpi")
+
+_endpoint = None  # engine side, between the two ZMQ phases
+_comm = None      # engine side: the Comm of this engine
+
+
+def setup_comm(cluster_handle, backend: str = "auto", interface: str = "127.0.0.1",
+               timeout: float = 30.0, trace: bool = False) -> str:
+    """Create a Comm on every engine of ``cluster_handle``; return the backend used.
+
+    ``backend="auto"`` picks MPI when the engines are MPI ranks, else ZMQ. ``interface``
+    is where ZMQ engines bind (an IP address or interface name, e.g. "eth0" on a real
+    cluster). ``timeout`` becomes each comm's timeout; ``trace`` turns tracing on.
+    A previous comm on the engines is closed first.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    is_mpi = bool(getattr(cluster_handle, "mpi", False))
+    if backend == "auto":
+        backend = "mpi" if is_mpi else "zmq"
+    if backend == "mpi" and not is_mpi:
+        raise ValueError("backend='mpi' needs engines launched with MPI "
+                         "(cluster.start(engines='mpi')); use backend='zmq'")
+    limit = timeout + 30.0
+    if backend == "mpi":
+        cluster_handle.run(_make_mpi_comm, timeout, trace, timeout=limit)
+        return backend
+    addresses = cluster_handle.run(_bind, interface, timeout=limit)
+    cluster_handle.run(_connect, addresses, timeout, trace, timeout=limit)
+    return backend
+
+
+def teardown_comm(cluster_handle) -> None:
+    """Close the comm on every engine (its sockets or MPI communicators)."""
+    cluster_handle.run(_close)
+
+
+def engine_comm():
+    """The Comm that :func:`setup_comm` built on this engine."""
+    if _comm is None or _comm.closed:
+        raise CommError("no Comm on this engine: call coursekit.comm.setup_comm(cluster) "
+                        "from the notebook first")
+    return _comm
+
+
+def engine_trace(clear: bool = False) -> list:
+    """Engine side: this engine's trace (``clear=True`` empties it after reading).
+
+    ``cluster.run(engine_trace)`` collects every rank's messages for a timeline.
+    """
+    trace = list(engine_comm().trace)
+    if clear:
+        engine_comm().trace.clear()
+    return trace
+
+
+def call_with_comm(fn, *args, **kwargs):
+    """Engine side: ``fn(engine_comm(), *args, **kwargs)``; pass it to ``cluster.run``."""
+    return fn(engine_comm(), *args, **kwargs)
+
+
+def _rank() -> int:
+    from coursekit.cluster import this_engine
+    return this_engine().rank
+
+
+def _close() -> None:
+    global _comm, _endpoint
+    if _comm is not None:
+        _comm.close()
+    if _endpoint is not None:
+        _endpoint.close()
+    _comm = _endpoint = None
+
+
+def _bind(interface: str) -> str:
+    global _endpoint
+    from .zmq import bind
+    _close()
+    _endpoint = bind(interface)
+    return _endpoint.address
+
+
+def _connect(addresses: list, timeout: float, trace: bool) -> None:
+    global _comm, _endpoint
+    if _endpoint is None:
+        raise CommError("setup_comm's bind phase did not run on this engine")
+    _comm, _endpoint = _endpoint.connect(_rank(), addresses, timeout=timeout, trace=trace), None
+    _comm.barrier()  # every engine reached every other one: the wiring is right
+
+
+def _make_mpi_comm(timeout: float, trace: bool) -> None:
+    global _comm
+    from .mpi import MpiComm
+    _close()
+    _comm = MpiComm(timeout=timeout, trace=trace)
+    if _comm.rank != _rank():
+        raise CommError(f"MPI rank {_comm.rank} differs from the cluster's rank {_rank()}")

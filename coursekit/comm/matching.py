@@ -1,0 +1,59 @@
+"""Tag/source matching for transports that deliver messages in arrival order.
+
+ThreadComm and ZmqComm read whole messages from one incoming stream (a queue, a socket).
+A message nobody asked for yet is kept in ``self._unmatched``; ``recv`` first looks there,
+then reads the stream until a match arrives. Messages from one sender travel over one
+FIFO stream, so messages between the same pair with the same tag never overtake each
+other. Matching costs O(k) for k buffered unmatched messages (k is small in practice).
+
+Backends implement two hooks:
+
+* ``_next_header(deadline, op, peer, tag) -> (Header, first part)``: block
+  until a message arrives; raise CommTimeout (built by ``_timeout_error``) at the deadline
+  and CommError for a malformed frame after discarding it completely.
+* ``_read_payload(header, target) -> array``: read the separate payload part of the
+  message just announced, into ``target`` when it is not None.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import frames
+from .base import Comm, fill, finish, matches, recv_target
+
+
+class QueuedComm(Comm):
+    def __init__(self, rank: int, size: int, **kw):
+        super().__init__(rank, size, **kw)
+        self._unmatched: list[tuple[frames.Header, np.ndarray]] = []
+
+    def _match(self, source, tag, out, deadline, op):
+        for i, (header, arr) in enumerate(self._unmatched):
+            if matches(header, source, tag):
+                del self._unmatched[i]  # consumed even if it does not fit ``out``
+                target = recv_target(header, out)
+                return header, finish(out, arr if target is None else fill(target, arr))
+        while True:
+            header, head = self._next_header(deadline, op, source, tag)
+            if not matches(header, source, tag):
+                self._unmatched.append((header, self._payload(header, head, None)))
+                continue
+            try:
+                target = recv_target(header, out)
+            except ValueError:
+                self._payload(header, head, None)  # consume it: the message is dropped
+                raise
+            return header, finish(out, self._payload(header, head, target))
+
+    def _payload(self, header, head, target) -> np.ndarray:
+        if not header.inline:
+            return self._read_payload(header, target)
+        return fill(target, frames.to_array(header, head, header.size))
+
+    def _next_header(self, deadline, op, peer, tag):
+        raise NotImplementedError
+
+    def _read_payload(self, header, target):
+        raise NotImplementedError
+

@@ -1,0 +1,1 @@
+"""ipywidgets panels: thin controls that call pure experiment functions and draw."""

@@ -1,0 +1,136 @@
+# %% [markdown]
+# # 02 · Messages and collectives between engines
+#
+# A cluster is a distributed-memory machine: workers share nothing and exchange
+# **messages**. The lecture's model of one message of `n` bytes is
+#
+# $$t = \alpha + n\beta \qquad (\alpha = l \text{ the latency},\ \beta = 1/bw)$$
+#
+# and a **collective** (broadcast, scatter, gather, reduce, allreduce, allgather,
+# reduce-scatter, all-to-all) costs a sum of such terms that depends on how it is built.
+# In this chapter the engines talk to each other directly (never through this notebook),
+# we fit $\alpha$ and $\beta$, watch collectives as timelines, and compare measured times
+# with the cost model.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from coursekit import cluster, costmodel
+from coursekit import collectives as C
+from coursekit.comm.cluster_setup import setup_comm
+
+c = cluster.start(n=4)
+setup_comm(c, backend="auto")  # every engine gets a Comm to every other engine
+c.size
+
+# %% [markdown]
+# ## 1. Point to point: fit $t = \alpha + n\beta$
+#
+# Engines 0 and 1 play ping-pong with messages from 8 B to 16 MiB; the one-way time is
+# half a round trip.
+
+# %%
+def one_way(nbytes, iters):
+    from coursekit.comm import engine_comm
+    from coursekit.comm.examples import ping_pong
+    return ping_pong(engine_comm(), nbytes, iters)
+
+
+sizes = np.array([8, 64, 512, 4096, 32768, 262144, 2097152, 16777216])
+times = np.array([c.run(one_way, int(n), 20 if n < 1e6 else 5)[0] for n in sizes])
+link = costmodel.fit(sizes, times)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"alpha ~ {link.alpha * 1e6:.1f} us, bandwidth 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s")
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.loglog(sizes, times * 1e6, "o", label="measured")
+ax.loglog(sizes, link(sizes) * 1e6, "-", label=r"fit $\alpha + n\beta$")
+ax.set(xlabel="message size n [bytes]", ylabel="one-way time [us]")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ## 2. Collectives as timelines
+#
+# `coursekit.collectives` builds every collective from `send`/`recv` only. Each engine
+# records its messages (`comm.trace`); `plot_timeline` draws one row per rank, a bar per
+# send (orange) or receive (green), an arrow per message.
+
+# %%
+def traced(collective, algorithm, items):
+    import numpy as np
+
+    from coursekit import collectives as C
+    from coursekit.comm import engine_comm
+    comm = engine_comm()
+    comm.tracing, comm.trace = True, []
+    x = np.arange(items, dtype=np.float32)
+    C.FUNCTIONS[collective](comm, x, algorithm=algorithm, check=False)
+    comm.tracing = False
+    return comm.trace
+
+# %%
+from coursekit.viz import plot_timeline
+
+for algorithm in ("ring", "recursive_doubling", "reduce_bcast"):
+    traces = c.run(traced, "allreduce", algorithm, 1 << 16)
+    plot_timeline(traces, title=f"allreduce ({algorithm}), 256 KiB on {c.size} engines")
+plt.show()
+
+# %% [markdown]
+# The counts are exactly what the cost model assumes: ring allreduce sends $2(p-1)$
+# messages of $n/p$ bytes from every rank.
+
+# %%
+traces = c.run(traced, "allreduce", "ring", 1 << 16)
+measured = costmodel.measured_traffic(traces)
+model = costmodel.traffic("allreduce", "ring", c.size, 4 << 16, itemsize=4)
+measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
+
+# %% [markdown]
+# ## 3. Measured against predicted
+#
+# | allreduce | time |
+# |---|---|
+# | reduce + bcast | $2\lceil\log_2 p\rceil(\alpha + n\beta)$ |
+# | recursive doubling | $\log_2 p\,(\alpha + n\beta)$ |
+# | ring | $2(p-1)\alpha + 2\frac{p-1}{p}n\beta$ |
+#
+# Latency-bound small messages favour trees; bandwidth-bound large ones favour the ring.
+# **Bus bandwidth** (nccl-tests) rescales the algorithm bandwidth $n/t$ by $2(p-1)/p$ so a
+# bandwidth-optimal allreduce reaches the link bandwidth whatever $p$.
+#
+# Pick a collective, an algorithm and a size, and press Run.
+
+# %%
+from coursekit.widgets.collectives import CollectivesPanel
+
+
+def make_run(p):
+    if p != c.size:
+        raise ValueError(f"this cluster has {c.size} engines; start one with cluster.start(n={p})")
+
+    def run(fn, *args):
+        def on_engine(*a):
+            from coursekit.comm import engine_comm
+            return fn(engine_comm(), *a)
+        return c.run(on_engine, *args)
+    return run
+
+
+panel = CollectivesPanel(make_run, max_ranks=c.size, alpha=link.alpha, beta=link.beta)
+panel
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+panel.run_button.click()
+panel.status.value
+
+# %% [markdown]
+# ## Stop the cluster
+
+# %%
+c.stop()
+c

@@ -1,0 +1,27 @@
+"""The chapter-2 panel drives the timing experiment headlessly on ThreadComm ranks."""
+
+import pytest
+
+from coursekit.collectives import ALGORITHMS
+from coursekit.collectives.timing import local_runner
+from coursekit.widgets.collectives import CollectivesPanel
+
+
+def test_panel_runs_and_follows_the_controls():
+    panel = CollectivesPanel(local_runner, max_ranks=4, alpha=1e-5, beta=1e-9, repeats=1)
+    panel.collective.value = "bcast"
+    assert panel.algorithm.options == ALGORITHMS["bcast"]
+    panel.algorithm.value = "scatter_allgather"
+    panel.ranks.value = 3
+    panel.size.value = 1 << 14
+    panel.run_button.click()
+    r = panel.result
+    assert (r.collective, r.algorithm, r.p) == ("bcast", "scatter_allgather", 3)
+    assert r.nbytes.tolist() == [1 << 10, 1 << 12, 1 << 14]
+    assert panel.plot.value[:4] == b"\x89PNG"
+    assert "predicted" in panel.status.value
+
+
+def test_panel_rejects_bad_size():
+    with pytest.raises(ValueError, match="max_ranks"):
+        CollectivesPanel(local_runner, max_ranks=0, alpha=1e-5, beta=1e-9)

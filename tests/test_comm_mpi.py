@@ -1,0 +1,166 @@
+"""MpiComm on real MPI ranks: ``mpiexec -n K python tests/test_comm_mpi.py`` under a timeout.
+
+Run as a script, this file is the SPMD program: every rank runs each check and rank 0
+prints one JSON line {check: "ok" | error}. Run under pytest, it launches that program.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+mpi4py = pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install '.[mpi]')") \
+    if __name__ != "__main__" else None
+
+NPROCS = 3
+
+
+# ---- the SPMD checks (run on every rank) ---------------------------------------------------
+def check_ring(comm):
+    from coursekit.comm.examples import ring_exchange
+    y = ring_exchange(comm, 5)
+    np.testing.assert_array_equal(y, np.arange(5) + 100 * ((comm.rank - 1) % comm.size))
+
+
+def check_matching(comm):
+    from coursekit.comm import ANY_SOURCE
+    if comm.rank:
+        for i in range(6):
+            comm.send(np.full((200, 200), comm.rank * 10.0 + i % 2), 0, tag=i % 2)
+        comm.send(np.array([comm.rank]), 0, tag=7)
+        return
+    for src in range(1, comm.size):  # tag 1 messages overtake tag 0 ones, but not each other
+        assert [comm.recv(src, tag=1)[0, 0] for _ in range(3)] == [src * 10 + 1] * 3
+    out = np.empty((200, 200))
+    for _ in range(3 * (comm.size - 1)):
+        assert comm.recv(ANY_SOURCE, tag=0, out=out) is out and out[0, 0] % 10 == 0
+    assert sorted(int(comm.recv(tag=7)[0]) for _ in range(comm.size - 1)) == [1, 2]
+
+
+def check_dtypes(comm):
+    arrays = [np.array(2.5), np.zeros((0, 3)), np.array([True, False]),
+              np.array([1 + 2j], np.complex64), np.arange(12, dtype=np.float16).reshape(3, 4)]
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    for a in arrays:
+        got = comm.sendrecv(a, right, source=left)
+        assert got.dtype == a.dtype and got.shape == a.shape and got.flags.writeable
+        np.testing.assert_array_equal(got, a)
+
+
+def check_large_symmetric_exchange(comm):
+    """8 MB each way: MPI's rendezvous protocol would deadlock a naive Send/Send."""
+    peer = comm.rank ^ 1
+    if peer >= comm.size:
+        return
+    x = np.full(1 << 20, comm.rank, np.float64)
+    np.testing.assert_array_equal(comm.sendrecv(x, peer, source=peer), peer)
+    comm.send(x, peer)  # buffered: both ranks send first, then receive
+    x[:] = -1           # and may reuse the buffer at once
+    np.testing.assert_array_equal(comm.recv(peer), peer)
+
+
+def check_timeout(comm):
+    from coursekit.comm import CommTimeout
+    comm.timeout = 0.3
+    try:
+        comm.recv(source=(comm.rank + 1) % comm.size, tag=5)
+    except CommTimeout as exc:
+        want = f"rank {comm.rank}: recv(source={(comm.rank + 1) % comm.size}, tag=5) timed out"
+        assert str(exc).startswith(want), exc
+    else:
+        raise AssertionError("no CommTimeout")
+    finally:
+        comm.timeout = 5
+
+
+def check_barrier(comm):
+    if comm.rank == comm.size - 1:
+        time.sleep(0.2)
+    t = time.monotonic()
+    comm.barrier()
+    assert comm.rank == comm.size - 1 or time.monotonic() - t > 0.1
+
+
+def check_private_context(comm):
+    """The program's own mpi4py traffic never reaches the Comm (and vice versa)."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    req = world.isend("raw", dest=right, tag=0)
+    comm.send(np.array([comm.rank]), right, tag=0)
+    assert comm.recv(tag=0)[0] == left
+    assert world.recv(source=left, tag=0) == "raw"
+    req.wait()
+
+
+def check_trace(comm):
+    comm.trace.clear()
+    comm.tracing = True
+    from coursekit.comm.examples import ring_exchange
+    ring_exchange(comm, 10)
+    comm.tracing = False
+    ops = sorted((m.op, m.src, m.dst, m.nbytes) for m in comm.trace)
+    r, p = comm.rank, comm.size
+    assert ops == sorted([("send", r, (r + 1) % p, 80), ("recv", (r - 1) % p, r, 80)]), ops
+
+
+CHECKS = [check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
+          check_timeout, check_barrier, check_private_context, check_trace]
+
+
+def spmd_main() -> None:
+    from mpi4py import MPI
+
+    from coursekit.comm.mpi import MpiComm
+    comm = MpiComm(timeout=5)
+    report = {}
+    for check in CHECKS:
+        try:
+            check(comm)
+            report[check.__name__] = "ok"
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            report[check.__name__] = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
+        comm.barrier()
+    reports = MPI.COMM_WORLD.gather(report, root=0)
+    if comm.rank == 0:
+        merged = {name: next((r[name] for r in reports if r[name] != "ok"), "ok")
+                  for name in report}
+        print(json.dumps(merged), flush=True)
+    comm.close()
+
+
+# ---- the pytest side ----------------------------------------------------------------------
+def mpiexec() -> str:
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+@pytest.fixture(scope="module")
+def mpi_report():
+    proc = subprocess.Popen([mpiexec(), "-n", str(NPROCS), sys.executable, __file__],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, f"mpiexec failed ({proc.returncode}):\n{out}\n{err}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("check", [c.__name__ for c in CHECKS])
+def test_mpicomm_on_real_ranks(mpi_report, check):
+    assert mpi_report[check] == "ok", mpi_report[check]
+
+
+if __name__ == "__main__":
+    spmd_main()

@@ -1,0 +1,194 @@
+"""ZmqComm between real OS processes on loopback, its two-phase setup, faults and fuzzing."""
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+
+import numpy as np
+import pytest
+import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coursekit.comm import ANY_SOURCE, CommError, CommTimeout, frames
+from coursekit.comm import zmq as czmq
+from coursekit.comm.examples import ping_pong, ring_exchange
+from coursekit.comm.procs import run_procs
+
+
+def mixed_traffic(comm):
+    """Every rank sends rank 0 a large and a small array per tag; rank 0 checks matching."""
+    big = np.full((300, 300), comm.rank, np.float32)  # 360 kB: header + zero-copy payload
+    if comm.rank:
+        for tag in (1, 2):
+            comm.send(big + tag, 0, tag=tag)
+            comm.send(np.array([comm.rank, tag]), 0, tag=tag)
+        comm.barrier()
+        return None
+    got = {}
+    for src in range(1, comm.size):  # tag 2 first: tag-1 traffic must be buffered meanwhile
+        got[src, 2] = (comm.recv(src, tag=2), comm.recv(src, tag=2))
+    out = np.empty((300, 300), np.float32)
+    for _ in range(comm.size - 1):
+        arr = comm.recv(ANY_SOURCE, tag=1, out=out).copy()
+        src = int(arr[0, 0]) - 1
+        got[src, 1] = (arr, comm.recv(src, tag=1))
+    comm.barrier()
+    return {key: (float(a.mean()), a.flags.writeable, b.tolist()) for key, (a, b) in got.items()}
+
+
+def test_processes_match_by_source_and_tag_in_order():
+    got = run_procs(mixed_traffic, 3, timeout=20)[0]
+    for src in (1, 2):
+        for tag in (1, 2):
+            assert got[src, tag] == (src + tag, True, [src, tag])
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_ring_exchange_between_processes(p):
+    got = run_procs(ring_exchange, p, 5, timeout=20)
+    for r, y in enumerate(got):
+        np.testing.assert_array_equal(y, np.arange(5) + 100 * ((r - 1) % p))
+
+
+def test_ping_pong_between_processes():
+    t0, t1 = run_procs(ping_pong, 2, 100_000, 5, timeout=20)
+    assert t0 > 0 and t1 > 0
+
+
+def exchange_with_trace(comm):
+    ring_exchange(comm, 1000)
+    return comm.trace
+
+
+def test_traces_use_one_clock_across_processes():
+    t0, t1 = run_procs(exchange_with_trace, 2, timeout=20, trace=True)
+    sent = next(m for m in t0 if m.op == "send")
+    recv = next(m for m in t1 if m.op == "recv")
+    assert (sent.src, sent.dst, sent.nbytes) == (recv.src, recv.dst, recv.nbytes) == (0, 1, 8000)
+    assert recv.t_end >= sent.t_start  # a message cannot arrive before it was sent
+    assert abs(recv.t_end - sent.t_start) < 10
+
+
+def failing_rank(comm):
+    if comm.rank == 1:
+        raise KeyError("missing shard")
+    return comm.rank
+
+
+def test_failing_rank_is_reported_with_its_rank():
+    with pytest.raises(KeyError, match=r"\[rank 1 of 2\] missing shard"):
+        run_procs(failing_rank, 2, timeout=5)
+
+
+# ---- a dead peer -------------------------------------------------------------------------
+def _fault_rank(rank, up, down):
+    ep = czmq.bind()
+    up.put(("addr", rank, ep.address))
+    comm = ep.connect(rank, down.get(timeout=60), timeout=1.5)
+    if rank == 1:
+        comm.send(np.arange(4.0), 0)
+        comm.recv(0)  # blocks until the test kills this process
+        return
+    first = comm.recv(1)
+    up.put(("first", rank, first.tolist()))
+    down.get(timeout=60)  # the parent has killed rank 1
+    t0 = time.monotonic()
+    try:
+        comm.recv(1, tag=0)
+    except CommTimeout as exc:
+        up.put(("timeout", rank, (str(exc), time.monotonic() - t0)))
+    comm.close(linger=0)
+
+
+def test_killed_peer_gives_commtimeout_naming_it():
+    ctx = mp.get_context("spawn")
+    up, downs = ctx.Queue(), [ctx.Queue(), ctx.Queue()]
+    procs = [ctx.Process(target=_fault_rank, args=(r, up, downs[r]), daemon=True) for r in range(2)]
+    try:
+        for p in procs:
+            p.start()
+        addrs = dict(up.get(timeout=60)[1:] for _ in range(2))
+        for d in downs:
+            d.put([addrs[0], addrs[1]])
+        assert up.get(timeout=20) == ("first", 0, [0.0, 1.0, 2.0, 3.0])
+        os.kill(procs[1].pid, signal.SIGKILL)
+        procs[1].join(10)
+        downs[0].put("go")
+        kind, rank, (msg, waited) = up.get(timeout=20)
+        assert kind == "timeout" and rank == 0
+        assert "rank 0: recv(source=1, tag=0) timed out after 1.5 s waiting for rank 1" in msg
+        assert 1.4 < waited < 5
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join(5)
+
+
+# ---- setup errors and foreign frames (in one process) ---------------------------------------
+def test_setup_errors_are_clear():
+    with pytest.raises(ValueError, match="wildcard"):
+        czmq.bind("*")
+    with pytest.raises(ValueError, match="cannot bind"):
+        czmq.bind("203.0.113.7")  # TEST-NET address: not on this machine
+    ep = czmq.bind()
+    try:
+        with pytest.raises(ValueError, match="rank order"):
+            ep.connect(0, ["tcp://127.0.0.1:1", ep.address])
+        with pytest.raises(ValueError, match="rank must be in 0..0"):
+            ep.connect(3, [ep.address])
+    finally:
+        ep.close()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    eps = [czmq.bind() for _ in range(2)]
+    addrs = [e.address for e in eps]
+    comms = [e.connect(r, addrs, timeout=2) for r, e in enumerate(eps)]
+    ctx = zmq.Context()
+    intruder = ctx.socket(zmq.PUSH)
+    intruder.connect(addrs[1])
+    yield comms, intruder
+    intruder.close(0)
+    ctx.term()
+    for c in comms:
+        c.close(linger=0)
+
+
+parts = st.lists(st.one_of(st.binary(max_size=48),
+                           st.builds(lambda t: frames.MAGIC + t, st.binary(max_size=44))),
+                 min_size=1, max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(msg=parts)
+def test_foreign_frames_raise_commerror_and_receiver_survives(pair, msg):
+    (a, b), intruder = pair
+    intruder.send_multipart(msg)
+    try:
+        got = b.recv()
+    except CommError as exc:
+        assert not isinstance(exc, CommTimeout), exc
+        assert str(exc).startswith("rank 1:")
+    else:
+        assert isinstance(got, np.ndarray)
+    big = np.arange(20000, dtype=np.float64)  # separate-payload path after the junk
+    a.send(big, 1, tag=9)
+    np.testing.assert_array_equal(b.recv(0, tag=9), big)
+
+
+def test_payload_of_wrong_length_is_rejected(pair):
+    (a, b), intruder = pair
+    header = frames.encode(np.zeros(10000), tag=1, source=0)
+    intruder.send_multipart([header, b"short"])
+    with pytest.raises(CommError, match="payload has 5 bytes"):
+        b.recv(0, tag=1)
+    intruder.send_multipart([header, b"x" * 80000, b"extra"])
+    with pytest.raises(CommError, match="extra parts"):
+        b.recv(0, tag=1)
+    a.send(np.ones(3), 1, tag=1)
+    np.testing.assert_array_equal(b.recv(0, tag=1), np.ones(3))
