@@ -45,6 +45,9 @@ class CheckResult:
     def _repr_pretty_(self, printer, cycle):  # IPython shows the line, not the dataclass
         printer.text(str(self))
 
+    def _ipython_display_(self):
+        """As a cell's last value, show nothing more: the check already printed its line."""
+
 
 def check(name: str):
     """Decorate ``fn(student_fn, ...)`` so that it prints and returns a CheckResult.
