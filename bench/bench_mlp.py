@@ -1,0 +1,161 @@
+"""Chapter 1 benchmark: one MLP training step, coursekit's Numba kernels vs NumPy vs PyTorch eager.
+
+    .venv/bin/python bench/bench_mlp.py            # about 30 s
+    .venv/bin/python bench/bench_mlp.py --json results.json
+
+A step is forward + backward + SGD update on one float32 mini-batch, the same weights and
+batch for every contestant, all on ONE thread (BLAS, OpenMP, Numba and PyTorch pools).
+Configurations: (a) digits-sized 64-128-10, batch 32; (b) 784-256-10, batch 256.
+Each contestant, and the single-thread SGEMM peak (the ceiling for (b)), is timed in
+interleaved rounds of short windows (~10 ms) and the best window counts, so a burst of
+load on a shared machine hurts all of them alike and rarely hides the undisturbed speed. Also printed: Numba's compile time in a fresh
+process with an empty cache (cold) and again with the cache that run wrote (cached).
+
+Targets (issue 3): (a) >= 10x faster than PyTorch eager and >= 2.5x faster than NumPy;
+(b) >= 1.2x faster than PyTorch and >= 75 % of the SGEMM peak.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_var] = "1"  # before NumPy, Numba or PyTorch start their thread pools
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+CONFIGS = {
+    "a": {"label": "(a) 64-128-10, batch 32", "sizes": (64, 128, 10), "batch": 32},
+    "b": {"label": "(b) 784-256-10, batch 256", "sizes": (784, 256, 10), "batch": 256},
+}
+TARGETS = {"a": {"numpy": 2.5, "pytorch": 10.0}, "b": {"pytorch": 1.2, "peak_fraction": 0.75}}
+
+
+def compile_probe() -> None:
+    """Child process: time importing coursekit.nn and the first (compiling or cache-loading) step."""
+    t0 = time.perf_counter()
+    from coursekit.nn import MLP, SGD
+
+    t1 = time.perf_counter()
+    cfg = CONFIGS["a"]
+    mlp = MLP(cfg["sizes"], seed=0)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((cfg["batch"], cfg["sizes"][0])).astype(np.float32)
+    _, grad = mlp.loss_and_grad(X, rng.integers(0, 10, cfg["batch"]))
+    SGD(mlp.params, 0.1).step(grad)
+    t2 = time.perf_counter()
+    print(json.dumps({"import_s": t1 - t0, "first_step_s": t2 - t1}))
+
+
+def compile_times() -> dict:
+    """Cold (empty cache) and cached first-step times, each in a fresh Python process."""
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        for kind in ("cold", "cached"):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--compile-probe"], env=env, capture_output=True, text=True, check=True
+            )
+            out[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def measure(rounds: int) -> tuple[float, dict]:
+    """(SGEMM peak FLOP/s, {config: {"seconds": {contestant: s}, "flops": n}}), interleaved."""
+    from coursekit.nn import MLP, flops
+    from coursekit.nn.speed import best_time, measure_matmul_peak, training_steps
+
+    steps, results = {}, {}
+    for key, cfg in CONFIGS.items():
+        sizes, batch = cfg["sizes"], cfg["batch"]
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+        y = rng.integers(0, sizes[-1], batch)
+        steps[key] = training_steps(MLP(sizes, seed=0), X, y, lr=1e-3)
+        results[key] = {"seconds": dict.fromkeys(steps[key], float("inf")),
+                        "flops": flops.mlp_step_flops(sizes, batch)["total"]}
+    peak = max(measure_matmul_peak(n) for n in (1024, 2048))
+    for _ in range(rounds):
+        peak = max(peak, measure_matmul_peak(512, repeats=5, min_seconds=0.005))
+        for key, contestants in steps.items():
+            best = results[key]["seconds"]
+            for name, step in contestants.items():
+                best[name] = min(best[name], best_time(step, repeats=5, min_seconds=0.01))
+    return peak, results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--compile-probe", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.compile_probe:
+        compile_probe()
+        return 0
+
+    compiled = compile_times()  # first, while this process has not touched Numba yet
+    import numba
+
+    from coursekit.nn.speed import single_thread
+
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+    with single_thread():
+        peak, results = measure(args.rounds)
+
+    print("coursekit chapter 1: one SGD training step (forward + backward + update), float32, 1 thread")
+    print(
+        f"{platform.processor() or platform.machine()}; numpy {np.__version__}, numba {numba.__version__}, "
+        f"torch {torch_version or 'not installed'}"
+    )
+    print(f"single-thread SGEMM peak, measured in the same rounds (NumPy BLAS, n = 512, 1024, 2048): "
+          f"{peak / 1e9:.1f} GFLOP/s\n")
+    names = ["numba", "numpy"] + (["pytorch"] if torch_version else [])
+    header = f"{'configuration':<28}" + "".join(f"{n + ' (us)':>14}" for n in names)
+    header += "".join(f"{'vs ' + n:>12}" for n in names[1:]) + f"{'GFLOP/s':>10}{'% peak':>8}"
+    print(header)
+    verdicts = []
+    for key, r in results.items():
+        s = r["seconds"]
+        r["speedup"] = {n: s[n] / s["numba"] for n in names[1:]}
+        r["gflops"] = r["flops"] / s["numba"] / 1e9
+        r["peak_fraction"] = r["flops"] / s["numba"] / peak
+        row = f"{CONFIGS[key]['label']:<28}" + "".join(f"{s[n] * 1e6:>14.1f}" for n in names)
+        row += "".join(f"{r['speedup'][n]:>11.1f}x" for n in names[1:])
+        print(row + f"{r['gflops']:>10.1f}{100 * r['peak_fraction']:>7.0f}%")
+        for what, goal in TARGETS[key].items():
+            got = r["peak_fraction"] if what == "peak_fraction" else r["speedup"].get(what)
+            if got is None:
+                verdicts.append(f"({key}) vs {what}: not measured ({what} not installed)")
+                continue
+            shown = f"{100 * got:.0f}% of peak (target {100 * goal:.0f}%)" if what == "peak_fraction" else (
+                f"{got:.1f}x vs {what} (target {goal}x)"
+            )
+            verdicts.append(f"({key}) {shown}: {'met' if got >= goal else 'MISSED'}")
+    print("\n" + "\n".join(verdicts))
+    cold, cached = compiled["cold"], compiled["cached"]
+    print(
+        f"\nNumba compile of the step kernels (fresh process): cold {cold['first_step_s']:.2f} s, "
+        f"cached {cached['first_step_s']:.3f} s (import coursekit.nn {cached['import_s']:.2f} s)"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"peak_flops": peak, "results": results, "compile": compiled}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

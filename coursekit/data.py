@@ -1,0 +1,173 @@
+"""Data sets for the course and the one way to split them across workers.
+
+* :func:`load_digits` - scikit-learn's 8x8 handwritten digits (1797 real images shipped
+  with scikit-learn, no download), a fixed stratified train/test split, standardized
+  with the training set's mean and standard deviation.
+* :func:`make_classification`, :func:`make_regression` - synthetic data of any size,
+  for speed experiments and for tests.
+* :func:`shard` - the rows one rank of ``size`` owns (data parallelism).
+* :func:`minibatches` - shuffled mini-batches, a fresh order every epoch.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Dataset", "load_digits", "make_classification", "make_regression", "minibatches", "shard"]
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A train/test split. ``y`` holds integer labels (classification) or float targets."""
+
+    name: str
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    n_classes: int  # 0 for regression
+
+    @property
+    def n_features(self) -> int:
+        return self.X_train.shape[1]
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset({self.name!r}: {len(self.X_train)} train / {len(self.X_test)} test, "
+            f"{self.n_features} features, {self.n_classes} classes, {self.X_train.dtype})"
+        )
+
+
+def _positive_int(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name}={value}: must be >= {minimum}")
+    return int(value)
+
+
+def _split_standardize(name, X, y, n_classes, test_fraction, rng, dtype) -> Dataset:
+    """Stratified (per class) or plain random split, then z-score with training statistics."""
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction!r}: must be strictly between 0 and 1")
+    n = len(X)
+    if n_classes:
+        test = np.concatenate(
+            [
+                idx[: int(round(test_fraction * len(idx)))]
+                for idx in (rng.permutation(np.flatnonzero(y == c)) for c in range(n_classes))
+            ]
+        )
+    else:
+        test = rng.permutation(n)[: int(round(test_fraction * n))]
+    is_test = np.zeros(n, dtype=bool)
+    is_test[test] = True
+    train = rng.permutation(np.flatnonzero(~is_test))
+    test = rng.permutation(test)
+    mean = X[train].mean(axis=0)
+    std = X[train].std(axis=0)
+    std[std == 0] = 1  # constant pixels (the digits' borders) stay zero
+    Xs = ((X - mean) / std).astype(dtype)
+    ys = y if n_classes else y.astype(dtype)
+    return Dataset(name, Xs[train], ys[train], Xs[test], ys[test], n_classes)
+
+
+def load_digits(test_fraction: float = 0.25, seed: int = 0, dtype=np.float32) -> Dataset:
+    """scikit-learn's digits (1797 8x8 images, 10 classes): fixed stratified split, standardized.
+
+    The same ``seed`` always gives the same split (450 test images at the default 0.25).
+    """
+    from sklearn.datasets import load_digits as _sk_digits
+
+    X, y = _sk_digits(return_X_y=True)
+    rng = np.random.default_rng(seed)
+    return _split_standardize("digits", X.astype(np.float64), y.astype(np.int64), 10, test_fraction, rng, dtype)
+
+
+def make_classification(
+    n_samples: int = 2048,
+    n_features: int = 784,
+    n_classes: int = 10,
+    *,
+    separation: float = 3.0,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    dtype=np.float32,
+) -> Dataset:
+    """Gaussian blobs: x = mu_y + N(0, I), class means mu_c ~ N(0, (separation^2 / n_features) I).
+
+    Any two class means are about ``separation * sqrt(2)`` apart whatever ``n_features``
+    is, against unit noise: ``separation`` sets how easy the problem is.
+    """
+    n_samples = _positive_int(n_samples, "n_samples", 2)
+    n_features = _positive_int(n_features, "n_features")
+    n_classes = _positive_int(n_classes, "n_classes", 2)
+    rng = np.random.default_rng(seed)
+    means = rng.standard_normal((n_classes, n_features)) * (separation / np.sqrt(n_features))
+    y = rng.integers(0, n_classes, n_samples)
+    X = means[y] + rng.standard_normal((n_samples, n_features))
+    return _split_standardize("classification", X, y, n_classes, test_fraction, rng, dtype)
+
+
+def make_regression(
+    n_samples: int = 1024,
+    n_features: int = 16,
+    n_outputs: int = 1,
+    *,
+    noise: float = 0.1,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    dtype=np.float32,
+) -> Dataset:
+    """A linear teacher: y = x A + noise * N(0, I), with x ~ N(0, I) and A ~ N(0, 1/n_features).
+
+    ``y`` has shape (n, n_outputs); the "mse" loss fits it.
+    """
+    n_samples = _positive_int(n_samples, "n_samples", 2)
+    n_features = _positive_int(n_features, "n_features")
+    n_outputs = _positive_int(n_outputs, "n_outputs")
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((n_features, n_outputs)) / np.sqrt(n_features)
+    X = rng.standard_normal((n_samples, n_features))
+    y = X @ A + noise * rng.standard_normal((n_samples, n_outputs))
+    return _split_standardize("regression", X, y, 0, test_fraction, rng, dtype)
+
+
+def shard(X, y, rank: int, size: int):
+    """Rows of (X, y) owned by ``rank`` out of ``size``: contiguous blocks as equal as possible.
+
+    The first ``n % size`` ranks get one extra row; the shards of all ranks, in rank order,
+    concatenate back to (X, y). Returns views, not copies.
+    """
+    size = _positive_int(size, "size")
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+        raise TypeError(f"rank must be an integer; got {rank!r}")
+    if not 0 <= rank < size:
+        raise ValueError(f"rank={rank}: must be in [0, size) = [0, {size})")
+    if len(X) != len(y):
+        raise ValueError(f"X and y must have the same number of rows; got {len(X)} and {len(y)}")
+    if size > len(X):
+        raise ValueError(f"size={size} exceeds the number of rows ({len(X)}); some ranks would get no data")
+    base, extra = divmod(len(X), size)
+    start = rank * base + min(rank, extra)
+    stop = start + base + (rank < extra)
+    return X[start:stop], y[start:stop]
+
+
+def minibatches(X, y, batch_size: int, rng: np.random.Generator | None = None):
+    """Yield (X_batch, y_batch) covering every row once; the last batch may be smaller.
+
+    With ``rng`` the rows are shuffled first (one gather per epoch, then contiguous views,
+    so the kernels get C-contiguous batches); without it they come in order.
+    """
+    batch_size = _positive_int(batch_size, "batch_size")
+    if len(X) != len(y):
+        raise ValueError(f"X and y must have the same number of rows; got {len(X)} and {len(y)}")
+    if rng is not None:
+        order = rng.permutation(len(X))
+        X, y = X[order], y[order]
+    for start in range(0, len(X), batch_size):
+        yield X[start : start + batch_size], y[start : start + batch_size]

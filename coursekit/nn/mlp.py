@@ -1,0 +1,282 @@
+"""A multilayer perceptron whose parameters live in ONE flat buffer.
+
+``mlp.params`` is a 1-D array (float32 by default); ``mlp.layers[i].W`` and ``.b`` are
+views into it, in the order of :mod:`coursekit.nn.layout`. Gradients come back as one
+flat buffer of the same layout, so the later chapters can allreduce it in one call,
+bucket it by slicing, shard it by ranges and compress it as a single vector.
+
+Hidden layers use ``activation``; the output layer is linear and the loss is either
+softmax + cross-entropy on integer labels, or (1/2) squared error ("mse") on targets
+(integer labels are one-hot encoded for it). Both losses are means over the batch.
+
+The compute runs in :mod:`coursekit.nn.kernels_cpu` (Numba) or, with ``device="cuda"``,
+:mod:`coursekit.nn.kernels_cuda`; both have the signatures used here, and
+:mod:`coursekit.nn.reference` is the plain-NumPy version of the same equations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from coursekit.nn import activations, kernels_cpu, layout
+
+__all__ = ["DEVICES", "LOSSES", "MLP", "Layer", "resolve_device"]
+
+LOSSES = ("softmax_xent", "mse")
+DEVICES = ("cpu", "cuda", "auto")
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_EMPTY = {dt: np.empty((0, 0), dtype=dt) for dt in DTYPES}
+
+
+def resolve_device(device: str) -> str:
+    """"cpu", or "cuda" when asked for (and present); "auto" picks "cuda" when a GPU is usable."""
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not supported; allowed: {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    from numba import cuda  # imported only when a GPU is asked for: it is slow to import
+
+    if cuda.is_available():
+        return "cuda"
+    if device == "auto":
+        return "cpu"
+    raise ValueError(
+        "device='cuda' but numba finds no usable CUDA GPU; use device='cpu' or device='auto' "
+        "(or set NUMBA_ENABLE_CUDASIM=1 before importing numba to run the kernels in the simulator)"
+    )
+
+
+def _check_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; allowed: float32, float64")
+    return dt
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer: ``W`` (n_in, n_out) and ``b`` (n_out,) are views into the MLP's flat buffer.
+
+    ``span`` is the layer's range in that buffer (W then b), so ``grad[layer.span]`` is its
+    gradient. ``forward`` and ``backward`` run this layer alone (for pipeline and tensor
+    parallel stages); they take and return host NumPy arrays.
+    """
+
+    index: int
+    W: np.ndarray
+    b: np.ndarray
+    activation: str
+    span: slice
+    _backend: object
+
+    @property
+    def _act(self) -> int:
+        return activations.ACTIVATIONS.index(self.activation)
+
+    def forward(self, a_prev: np.ndarray) -> np.ndarray:
+        """A = sigma(A_prev W + b)."""
+        a_prev = np.ascontiguousarray(a_prev, dtype=self.W.dtype)
+        out = np.empty((a_prev.shape[0], self.W.shape[1]), dtype=self.W.dtype)
+        return self._backend.layer_forward(self.W, self.b, a_prev, self._act, out)
+
+    def backward(self, a_prev, a, grad_a, grad=None, input_grad: bool = True):
+        """Given G = dC/dA (the upstream delta), return (dC/dA_prev or None, this layer's grad).
+
+        ``grad`` is an optional flat buffer of length W.size + b.size to write dW then db
+        into (e.g. ``full_grad[layer.span]``); a new one is made when it is None.
+        """
+        dt = self.W.dtype
+        n_in, n_out = self.W.shape
+        if grad is None:
+            grad = np.empty(n_out * (n_in + 1), dtype=dt)
+        dW, db = grad[: n_in * n_out].reshape(n_in, n_out), grad[n_in * n_out :]
+        g = np.array(grad_a, dtype=dt, order="C")  # a copy: the kernel overwrites it with delta
+        g_prev = np.empty((g.shape[0], n_in), dtype=dt) if input_grad else _EMPTY[dt]
+        self._backend.layer_backward(
+            self.W,
+            np.ascontiguousarray(a_prev, dtype=dt),
+            np.ascontiguousarray(a, dtype=dt),
+            g,
+            self._act,
+            dW,
+            db,
+            g_prev,
+        )
+        return (g_prev if input_grad else None), grad
+
+
+class MLP:
+    """Fully connected network ``sizes[0] -> sizes[1] -> ... -> sizes[-1]`` on a flat buffer.
+
+    Parameters
+    ----------
+    sizes : layer widths, input first, e.g. ``[64, 128, 10]``.
+    activation : hidden-layer activation, "relu", "sigmoid" or "tanh".
+    loss : "softmax_xent" (labels 0..sizes[-1]-1) or "mse" (labels or (n, sizes[-1]) targets).
+    dtype : float32 (default) or float64.
+    seed : int or ``np.random.Generator`` for the initial weights (He for relu, LeCun
+        N(0, 1/n_in) for sigmoid and tanh; biases start at zero).
+    device : "cpu" (default), "cuda", or "auto" (the GPU when numba finds one).
+    """
+
+    def __init__(
+        self,
+        sizes,
+        activation: str = "relu",
+        loss: str = "softmax_xent",
+        *,
+        dtype=np.float32,
+        seed=0,
+        device: str = "cpu",
+    ):
+        self.sizes = layout.check_sizes(sizes)
+        activations.activation_code(activation, "activation", activations.HIDDEN_ACTIVATIONS)
+        if loss not in LOSSES:
+            raise ValueError(f"loss={loss!r} is not supported; allowed: {', '.join(LOSSES)}")
+        self.activation, self.loss = activation, loss
+        self.dtype = _check_dtype(dtype)
+        self.device = resolve_device(device)
+        if self.device == "cuda":
+            from coursekit.nn import kernels_cuda as backend
+        else:
+            backend = kernels_cpu
+        self._backend = backend
+        self._sizes_arr = np.asarray(self.sizes, dtype=np.int64)
+        self._act = activations.ACTIVATIONS.index(activation)
+        self._params = np.zeros(layout.n_params(self.sizes), dtype=self.dtype)
+        n_layers = len(self.sizes) - 1
+        self.layers = [
+            Layer(s.index, W, b, activation if s.index < n_layers - 1 else "identity", s.slice, backend)
+            for s, (W, b) in zip(layout.layer_slices(self.sizes), layout.views(self._params, self.sizes))
+        ]
+        rng = np.random.default_rng(seed)
+        gain = 2.0 if activation == "relu" else 1.0
+        for layer in self.layers:
+            n_in = layer.W.shape[0]
+            layer.W[...] = rng.standard_normal(layer.W.shape) * np.sqrt(gain / n_in)
+
+    # -- the flat buffer -------------------------------------------------------------
+    @property
+    def params(self) -> np.ndarray:
+        """The flat parameter buffer (modify it in place; the layer views follow)."""
+        return self._params
+
+    @property
+    def n_params(self) -> int:
+        return self._params.size
+
+    @property
+    def n_classes(self) -> int:
+        return self.sizes[-1]
+
+    def copy(self, dtype=None) -> "MLP":
+        """An independent MLP with the same parameters (cast to ``dtype`` if given)."""
+        twin = MLP(
+            self.sizes,
+            self.activation,
+            self.loss,
+            dtype=self.dtype if dtype is None else dtype,
+            device=self.device,
+        )
+        twin.params[...] = self._params
+        return twin
+
+    def __repr__(self) -> str:
+        return (
+            f"MLP(sizes={list(self.sizes)}, activation={self.activation!r}, loss={self.loss!r}, "
+            f"dtype={self.dtype.name}, device={self.device!r}, n_params={self.n_params})"
+        )
+
+    # -- input checks ----------------------------------------------------------------
+    def check_inputs(self, X) -> np.ndarray:
+        """X as a C-contiguous (n, sizes[0]) array of this model's dtype; ValueError if unusable."""
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+        if X.shape[1] != self.sizes[0]:
+            raise ValueError(
+                f"X has {X.shape[1]} features (columns) but this MLP's input width sizes[0] "
+                f"is {self.sizes[0]}"
+            )
+        if X.shape[0] == 0:
+            raise ValueError("X has no rows; pass at least one sample")
+        if not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
+            raise TypeError(f"X must hold real numbers; got dtype {X.dtype}")
+        X = np.ascontiguousarray(X, dtype=self.dtype)
+        if not np.isfinite(X).all():
+            raise ValueError("X contains NaN or infinite values; clean or impute the data first")
+        return X
+
+    def check_targets(self, y, n: int) -> np.ndarray:
+        """Labels (int64, in [0, n_classes)) or, for "mse", (n, n_classes) float targets."""
+        y = np.asarray(y)
+        if y.ndim == 2 and self.loss == "mse":
+            if y.shape != (n, self.n_classes):
+                raise ValueError(
+                    f"y (targets) has shape {y.shape}; expected ({n}, {self.n_classes}) for mse"
+                )
+            y = np.ascontiguousarray(y, dtype=self.dtype)
+            if not np.isfinite(y).all():
+                raise ValueError("y (targets) contains NaN or infinite values")
+            return y
+        if y.ndim != 1 or len(y) != n:
+            raise ValueError(f"y must be 1-D with one label per row of X ({n}); got shape {y.shape}")
+        if not np.issubdtype(y.dtype, np.integer):
+            raise TypeError(f"y must hold integer class labels; got dtype {y.dtype}")
+        if y.min() < 0 or y.max() >= self.n_classes:
+            raise ValueError(
+                f"y (labels) must lie in [0, {self.n_classes}) (the output width sizes[-1]); "
+                f"got values from {y.min()} to {y.max()}"
+            )
+        y = np.ascontiguousarray(y, dtype=np.int64)
+        if self.loss == "mse":
+            return np.eye(self.n_classes, dtype=self.dtype)[y]
+        return y
+
+    def check_batch(self, X, y) -> tuple[np.ndarray, np.ndarray]:
+        """Both checks at once; the result can go to ``loss_and_grad(..., validate=False)``."""
+        X = self.check_inputs(X)
+        return X, self.check_targets(y, X.shape[0])
+
+    # -- compute ---------------------------------------------------------------------
+    def forward(self, X) -> np.ndarray:
+        """The network's output: logits for "softmax_xent", predictions for "mse"."""
+        return self._backend.forward(self._params, self._sizes_arr, self._act, self.check_inputs(X))
+
+    def predict(self, X) -> np.ndarray:
+        """Class labels: argmax of the output."""
+        return np.argmax(self.forward(X), axis=1)
+
+    def accuracy(self, X, y) -> float:
+        """Fraction of rows whose predicted class equals the label."""
+        X = self.check_inputs(X)
+        y = np.asarray(y)
+        if y.ndim != 1 or len(y) != len(X):
+            raise ValueError(f"y must be 1-D with one label per row of X ({len(X)}); got shape {y.shape}")
+        return float(np.mean(self.predict(X) == y))
+
+    def loss_and_grad(self, X, y, *, out=None, validate: bool = True):
+        """(mean loss, flat gradient dC/dparams) for the mini-batch (X, y).
+
+        ``out``: a flat buffer like ``params`` to write the gradient into (no allocation).
+        ``validate=False`` skips the checks: only for arrays that came from
+        :meth:`check_batch` (the train loop checks the whole data set once).
+        """
+        if validate:
+            X, y = self.check_batch(X, y)
+        if out is None:
+            out = np.empty_like(self._params)
+        elif validate and (out.shape != self._params.shape or out.dtype != self.dtype):
+            raise ValueError(
+                f"out must be a {self.dtype.name} array of shape {self._params.shape}; "
+                f"got {out.dtype.name} {out.shape}"
+            )
+        b = self._backend
+        kernel = b.loss_and_grad_xent if self.loss == "softmax_xent" else b.loss_and_grad_mse
+        loss = kernel(self._params, out, self._sizes_arr, self._act, X, y)
+        return float(loss), out

@@ -1,0 +1,80 @@
+"""Optimizers that update the flat parameter buffer in place.
+
+They see one vector of parameters and one vector of gradients, nothing else: that is
+what makes data parallelism a one-line change (average the gradient vector across
+workers, then step) and lets a parameter-server shard run the same optimizer on its range.
+
+* SGD:            w <- w - lr * g                     (the lecture's w -> w - (eta/m) sum_x ...;
+                                                       the 1/m is already inside g)
+* SGD + momentum: v <- mu * v + g ;  w <- w - lr * v  (PyTorch's convention)
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from coursekit.nn import kernels_cpu
+
+__all__ = ["SGD", "Momentum", "make_optimizer"]
+
+
+def _check_rate(value, name: str, low_inclusive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {value!r}")
+    ok = (value >= 0 if low_inclusive else value > 0) and np.isfinite(value)
+    if not ok:
+        bound = ">= 0" if low_inclusive else "> 0"
+        raise ValueError(f"{name}={value!r}: must be finite and {bound}")
+    return float(value)
+
+
+def _check_buffer(params) -> np.ndarray:
+    if not isinstance(params, np.ndarray) or params.ndim != 1 or not params.flags.c_contiguous:
+        raise TypeError("params must be the flat, contiguous 1-D parameter buffer (e.g. mlp.params)")
+    if params.dtype not in (np.float32, np.float64):
+        raise TypeError(f"params must be float32 or float64; got {params.dtype}")
+    return params
+
+
+class SGD:
+    """Plain SGD on a flat buffer: ``step(grad)`` does params <- params - lr * grad."""
+
+    def __init__(self, params: np.ndarray, lr: float = 0.1):
+        self.params = _check_buffer(params)
+        self.lr = _check_rate(lr, "lr", low_inclusive=False)
+
+    def _check_grad(self, grad) -> None:
+        if grad.shape != self.params.shape or grad.dtype != self.params.dtype:
+            raise ValueError(
+                f"grad must match params ({self.params.dtype} {self.params.shape}); "
+                f"got {grad.dtype} {grad.shape}"
+            )
+
+    def step(self, grad: np.ndarray) -> None:
+        self._check_grad(grad)
+        kernels_cpu.sgd_update(self.params, grad, self.params.dtype.type(self.lr))
+
+
+class Momentum(SGD):
+    """SGD with (heavy-ball) momentum: v <- mu v + g; params <- params - lr v."""
+
+    def __init__(self, params: np.ndarray, lr: float = 0.1, momentum: float = 0.9):
+        super().__init__(params, lr)
+        self.momentum = _check_rate(momentum, "momentum", low_inclusive=True)
+        if self.momentum >= 1:
+            raise ValueError(f"momentum={momentum!r}: must be in [0, 1)")
+        self.velocity = np.zeros_like(self.params)
+
+    def step(self, grad: np.ndarray) -> None:
+        self._check_grad(grad)
+        t = self.params.dtype.type
+        kernels_cpu.momentum_update(self.params, grad, self.velocity, t(self.lr), t(self.momentum))
+
+
+def make_optimizer(params: np.ndarray, lr: float, momentum: float = 0.0) -> SGD:
+    """SGD when ``momentum == 0``, Momentum otherwise."""
+    if momentum == 0:
+        return SGD(params, lr)
+    return Momentum(params, lr, momentum)

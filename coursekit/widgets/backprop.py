@@ -1,0 +1,126 @@
+"""Chapter 1 panel: train an MLP on the digits with the settings the sliders pick.
+
+The panel is thin: the Run button reads the controls and calls the pure experiment
+function (:func:`coursekit.nn.experiment.train_digits` by default) with a
+:class:`LivePlot` as its per-epoch callback, so the curves grow while it trains.
+Plots are rendered to PNG into ``Image`` widgets, so nothing is printed and everything
+works headless (tests set ``panel.hidden.value = 16`` and call ``panel.run_button.click()``).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from coursekit.nn.activations import HIDDEN_ACTIVATIONS
+from coursekit.nn.experiment import train_digits
+
+__all__ = ["BackpropPanel", "LivePlot", "figure_png", "plot_history"]
+
+BATCH_SIZES = (8, 16, 32, 64, 128, 256)
+
+
+def plot_history(history, title: str = "") -> Figure:
+    """Loss (left) and train / test accuracy (right) per epoch, as a matplotlib Figure."""
+    fig = Figure(figsize=(9, 3.2), layout="constrained")
+    ax_loss, ax_acc = fig.subplots(1, 2)
+    epochs = np.arange(1, history.epochs + 1)
+    ax_loss.plot(epochs, history.train_loss, marker="o", ms=3)
+    ax_loss.set(xlabel="epoch", ylabel="mean training loss", yscale="log")
+    ax_acc.plot(epochs, history.train_accuracy, marker="o", ms=3, label="train")
+    ax_acc.plot(epochs, history.test_accuracy, marker="o", ms=3, label="test")
+    ax_acc.axhline(0.95, color="gray", lw=0.8, ls="--")
+    ax_acc.set(xlabel="epoch", ylabel="accuracy", ylim=(0, 1.01))
+    ax_acc.legend(loc="lower right")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def figure_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes (no pyplot, no display: works in callbacks and headless)."""
+    buf = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buf)
+    return buf.getvalue()
+
+
+class LivePlot(widgets.Image):
+    """An image of :func:`plot_history` that redraws when called: ``train(..., callback=live)``.
+
+    Drawing a figure takes a good fraction of a second, so calls closer than
+    ``min_interval`` seconds to the last drawing are skipped; ``force=True`` always draws
+    (use it once with the final history).
+    """
+
+    def __init__(self, title: str = "", min_interval: float = 0.5):
+        super().__init__(format="png")
+        self.title, self.min_interval, self._drawn_at = title, min_interval, -float("inf")
+
+    def __call__(self, history, force: bool = False) -> None:
+        if force or time.monotonic() - self._drawn_at >= self.min_interval:
+            self.value = figure_png(plot_history(history, self.title))
+            self._drawn_at = time.monotonic()
+
+
+class BackpropPanel(widgets.VBox):
+    """Sliders for hidden size, learning rate, batch size, activation, epochs; a Run button.
+
+    ``experiment(hidden=, lr=, batch_size=, activation=, epochs=, seed=, callback=)`` must
+    call ``callback(history)`` after each epoch and return an object with ``.history`` and
+    ``.test_accuracy`` (a :class:`DigitsResult`); the latest one is kept in ``panel.result``.
+    """
+
+    def __init__(self, experiment=train_digits, seed: int = 0):
+        self.experiment, self.seed, self.result = experiment, seed, None
+        style = {"description_width": "110px"}
+        self.hidden = widgets.IntSlider(64, min=4, max=256, step=4, description="hidden units", style=style)
+        self.lr = widgets.FloatLogSlider(
+            0.1, base=10, min=-3, max=0, step=0.1, description="learning rate", style=style
+        )
+        self.batch_size = widgets.SelectionSlider(options=BATCH_SIZES, value=32, description="batch size", style=style)
+        self.activation = widgets.Dropdown(
+            options=HIDDEN_ACTIVATIONS, value="relu", description="activation", style=style
+        )
+        self.epochs = widgets.IntSlider(20, min=1, max=60, description="epochs", style=style)
+        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.status = widgets.Label("Pick settings and press Run.")
+        self.plot = LivePlot()
+        self.run_button.on_click(lambda _: self.run())
+        controls = widgets.VBox([self.hidden, self.lr, self.batch_size, self.activation, self.epochs])
+        super().__init__([controls, widgets.HBox([self.run_button, self.status]), self.plot])
+
+    def settings(self) -> dict:
+        """The experiment's keyword arguments as the controls show them now."""
+        return {
+            "hidden": self.hidden.value,
+            "lr": self.lr.value,
+            "batch_size": self.batch_size.value,
+            "activation": self.activation.value,
+            "epochs": self.epochs.value,
+            "seed": self.seed,
+        }
+
+    def run(self):
+        """Run the experiment with the current settings, draw it, and return its result."""
+        self.run_button.disabled = True
+        self.status.value = "training ..."
+        try:
+            self.plot.title = "{activation}, {hidden} hidden, lr {lr:.3g}, batch {batch_size}".format(
+                **self.settings()
+            )
+            self.plot._drawn_at = -float("inf")  # a new run draws its first epoch at once
+            self.result = self.experiment(**self.settings(), callback=self.plot)
+            self.plot(self.result.history, force=True)
+        except ValueError as err:  # bad settings: say so in the panel
+            self.status.value = f"error: {err}"
+            return None
+        finally:
+            self.run_button.disabled = False
+        acc, h = self.result.test_accuracy, self.result.history
+        self.status.value = f"test accuracy {acc:.1%} after {h.epochs} epochs ({h.seconds:.2f} s)"
+        return self.result

@@ -1,0 +1,324 @@
+# %% [markdown]
+# # 01 · Backpropagation from scratch, made fast with Numba
+#
+# Before we spread training over many workers we need one worker that trains well and
+# fast. This chapter builds it: a multilayer perceptron (MLP) trained by mini-batch SGD,
+# with the backpropagation equations of the lecture turned into code, checked against
+# finite differences, and compiled with Numba for the CPU (and numba.cuda for a GPU).
+# Then we ask the lecture's question: why is training **compute-bound**, and how long
+# must it take at the very least?
+#
+# Everything here runs in this notebook's own process; the cluster comes back in chapter 2.
+# The parameters of the model live in **one flat buffer** — the later chapters average,
+# shard and compress exactly that buffer.
+
+# %%
+import inspect
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from coursekit.data import load_digits
+from coursekit.nn import MLP, flops, gradcheck, reference, train
+from coursekit.widgets.backprop import BackpropPanel, LivePlot
+
+digits = load_digits()
+digits
+
+# %% [markdown]
+# ## 1. From the lecture's equations to code
+#
+# The lecture writes one sample as a column vector. Layer $l$ computes
+#
+# $$z^l = W^l a^{l-1} + b^l, \qquad a^l = \sigma(z^l)$$
+#
+# and, for a cost $C$, backpropagation is four equations:
+#
+# $$\delta^L = \nabla_a C \odot \sigma'(z^L), \qquad
+#   \delta^l = \big((W^{l+1})^T \delta^{l+1}\big) \odot \sigma'(z^l), \qquad
+#   \frac{\partial C}{\partial W^l} = \delta^l (a^{l-1})^T, \qquad
+#   \frac{\partial C}{\partial b^l} = \delta^l .$$
+#
+# Code processes a whole mini-batch at once, one sample **per row**: $A^{l-1}$ is an
+# $(n, n_{l-1})$ matrix and our `W` is $(W^l)^T$, of shape $(n_{l-1}, n_l)$, so the layer is
+# `A = sigma(A_prev @ W + b)`. The four equations become three matrix products and two
+# elementwise steps, and the sums over the samples of $\delta (a^{l-1})^T$ come for free
+# inside `A_prev.T @ delta`. The derivative is written with the **output** $a$ (for the
+# logistic function $\sigma' = a(1-a)$, as in the lecture), so a layer only has to keep $a$:
+
+# %%
+print(inspect.getsource(reference.layer_forward))
+print(inspect.getsource(reference.layer_backward))
+
+# %% [markdown]
+# The upstream gradient `grad_a` is $(W^{l+1})^T\delta^{l+1}$ — what the next layer's
+# `layer_backward` returned — so backpropagation is this function called from the last
+# layer to the first. Let us confirm on three samples that the batch form is the lecture's
+# per-sample form summed over the samples.
+
+# %%
+rng = np.random.default_rng(0)
+W_lecture = rng.standard_normal((3, 4))  # W^l: (n_l, n_{l-1})
+b = rng.standard_normal(3)
+a_prev = rng.standard_normal((3, 4))  # three samples, one per row
+grad_a = rng.standard_normal((3, 3))
+
+a = reference.layer_forward(W_lecture.T, b, a_prev, "sigmoid")
+dW, db, grad_a_prev = reference.layer_backward(W_lecture.T, a_prev, a, grad_a, "sigmoid")
+
+dW_lecture = np.zeros_like(W_lecture)
+for x in range(3):
+    z = W_lecture @ a_prev[x] + b
+    s = 1 / (1 + np.exp(-z))
+    delta = grad_a[x] * s * (1 - s)  # delta^l = grad * sigma'(z^l)
+    dW_lecture += np.outer(delta, a_prev[x])  # delta^l (a^{l-1})^T
+    assert np.allclose(grad_a_prev[x], W_lecture.T @ delta)  # (W^l)^T delta^l
+print("dC/dW equal:", np.allclose(dW, dW_lecture.T))
+
+# %% [markdown]
+# ### The model: one flat parameter buffer
+#
+# `MLP` keeps every weight and bias in `mlp.params`; `mlp.layers[i].W` and `.b` are views
+# into it, and `loss_and_grad` returns the gradient as one buffer of the same layout. The
+# output layer is linear; the loss is softmax + cross-entropy, whose output error
+# simplifies to $\delta^L = (\mathrm{softmax}(z^L) - \mathrm{onehot}(y)) / n$.
+
+# %%
+mlp = MLP([64, 32, 10], activation="relu", seed=0)
+print(mlp)
+for layer in mlp.layers:
+    print(f"layer {layer.index}: W {layer.W.shape}, b {layer.b.shape}, params[{layer.span.start}:{layer.span.stop}], "
+          f"a view: {np.shares_memory(layer.W, mlp.params)}")
+loss, grad = mlp.loss_and_grad(digits.X_train[:32], digits.y_train[:32])
+print(f"loss {loss:.3f} (ln 10 = {np.log(10):.3f} for a random guess); grad: {grad.shape} {grad.dtype}")
+
+# %% [markdown]
+# ## 2. Gradient check
+#
+# A backward pass with a bug still "trains" a little, so never trust one untested. Central
+# differences $\big(C(w+\varepsilon e_i) - C(w-\varepsilon e_i)\big)/2\varepsilon$ approximate
+# each partial derivative with error $O(\varepsilon^2)$; in float64 a correct gradient
+# agrees to about $10^{-6}$ relative or better, a wrong one is off by order 1.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for activation in ("relu", "sigmoid", "tanh"):
+    result = gradcheck(MLP([64, 16, 10], activation, seed=1), digits.X_train[:16], digits.y_train[:16])
+    print(f"{activation:>8}: {result}")
+    assert result.passed
+
+# %% [markdown]
+# ## 3. Training on the digits
+#
+# scikit-learn's 8×8 handwritten digits (1,347 training and 450 test images, standardized
+# pixels). Mini-batch SGD: every epoch shuffles the training set, then for each batch
+# computes the flat gradient and steps $w \leftarrow w - \eta\, g$. The plot (a widget)
+# redraws after every epoch: `train` calls it with the history so far.
+
+# %%
+model = MLP([64, 64, 10], seed=0)
+live = LivePlot("64-64-10, relu, lr 0.1, batch 32")
+live
+# %%
+history = train(model, digits.X_train, digits.y_train, epochs=20, batch_size=32, lr=0.1,
+                X_test=digits.X_test, y_test=digits.y_test, callback=live)
+live(history, force=True)  # draw the final state (the plot skips redraws closer than 0.5 s)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"test accuracy {history.test_accuracy[-1]:.1%} after {history.epochs} epochs, "
+      f"{len(history.step_loss)} SGD steps in {history.seconds:.2f} s")
+assert history.test_accuracy[-1] >= 0.95
+
+# %% [markdown]
+# ### Your turn: the panel
+#
+# Move the sliders and press **Run**. Things to try: a learning rate of 1 (divergence) and
+# of 0.001 (crawling); 4 hidden units; sigmoid against relu at the same learning rate;
+# batch 8 against batch 256 for the same number of epochs (more, noisier steps against
+# fewer, smoother ones — chapter 3 comes back to this).
+
+# %%
+panel = BackpropPanel()
+panel
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+panel.run()  # the same as pressing Run: the default settings
+print(panel.status.value)
+
+# %% [markdown]
+# ## 4. How fast is a training step?
+#
+# The same SGD step — forward, backward, update, same weights, same batch — in three
+# implementations, all on **one thread**: the NumPy reference above, coursekit's Numba
+# kernels (`coursekit.nn.kernels_cpu`: the whole network in one compiled call, BLAS for
+# the matrix products, every elementwise step fused into one loop) and PyTorch eager if it
+# is installed. A step of a 784-256-10 network on a batch of 256 costs
+# 2 · 256 · (784·256 + 256·10) FLOPs forward and about twice that backward. Dividing by
+# the time gives GFLOP/s, which we compare with this machine's single-thread
+# matrix-product peak, measured right here.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from coursekit.nn.speed import best_time, measure_bandwidth, measure_matmul_peak, single_thread, training_steps
+
+configs = {"64-128-10, batch 32": ((64, 128, 10), 32), "784-256-10, batch 256": ((784, 256, 10), 256)}
+speed = {}
+with single_thread():
+    peak = measure_matmul_peak(1024)
+    bandwidth = measure_bandwidth()
+    for label, (sizes, batch) in configs.items():
+        X = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+        y = rng.integers(0, sizes[-1], batch)
+        steps = training_steps(MLP(sizes, seed=0), X, y, lr=1e-3)
+        speed[label] = {name: best_time(step, repeats=3) for name, step in steps.items()}
+
+print(f"this machine, one thread: matrix-product peak {peak / 1e9:.0f} GFLOP/s, memory copy {bandwidth / 1e9:.1f} GB/s\n")
+print(f"{'':24}{'implementation':>16}{'steps/s':>10}{'GFLOP/s':>9}{'% of peak':>11}")
+for label, (sizes, batch) in configs.items():
+    work = flops.mlp_step_flops(sizes, batch)["total"]
+    for name, seconds in speed[label].items():
+        print(f"{label:24}{name:>16}{1 / seconds:>10,.0f}{work / seconds / 1e9:>9.1f}{work / seconds / peak:>10.0%}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+for ax, (label, times) in zip(axes, speed.items()):
+    ax.barh(list(times), [1 / t for t in times.values()], color=["C0", "C1", "C2"][: len(times)])
+    ax.set(title=label, xlabel="training steps per second (1 thread)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# On the small network the matrix products are tiny, and the time goes to the *overhead
+# around them*: NumPy and PyTorch run a Python-level operation (with a temporary array)
+# for every bias, activation and derivative, while the Numba version makes one call. On
+# the large one the three products dominate; all implementations call a BLAS matrix
+# product and the Numba step gets close to the machine's peak. The lecture's point:
+# neural-network training is mostly matrix products, so **FLOPs decide the time**.
+#
+# ## 5. The lecture's CNN workloads
+#
+# Multiply-accumulates (MACs, 2 FLOPs each) of **one forward pass of one image** for six
+# well-known networks (Sze et al. 2017, as on the slide). Backward costs about twice the
+# forward pass, so training costs about 3 × forward.
+
+# %%
+def si(x):
+    """341000 -> '341k', 2.8e9 -> '2.8G'."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+print(f"{'network':<14}{'input':>7}{'conv MACs':>11}{'FC MACs':>10}{'total MACs':>12}{'weights':>9}"
+      f"{'training FLOPs/image':>22}")
+for w in flops.CNN_WORKLOADS.values():
+    print(f"{w.name:<14}{w.input_size:>7}{si(w.conv_macs):>11}{si(w.fc_macs):>10}{si(w.total_macs):>12}"
+          f"{si(w.total_weights):>9}{si(flops.training_flops_per_sample(w.total_macs)):>22}")
+
+# %% [markdown]
+# One slip on the slide: the FC MACs of Overfeat fast and VGG 16 are swapped (124M and
+# 130M). At batch 1 a fully connected layer uses each weight in exactly one MAC, so its
+# MACs equal its weights, and the layer widths confirm it:
+
+# %%
+print(f"VGG 16 FC layers {flops.VGG16_FC}: {flops.dense_macs(flops.VGG16_FC) / 1e6:.1f}M MACs")
+print(f"Overfeat fast FC layers {flops.OVERFEAT_FAST_FC}: {flops.dense_macs(flops.OVERFEAT_FAST_FC) / 1e6:.1f}M MACs")
+
+# %% [markdown]
+# ## 6. The least time ResNet-50 can take
+#
+# ResNet-50: 3.9 GMACs forward, so about 11.7 GMACs forward + backward = 23.4 GFLOP per
+# image. ImageNet-2012 has 1.28 M training images and a usual schedule is 90 epochs. An
+# NVIDIA V100 peaks at about 112 TFLOP/s (tensor cores). If every FLOP ran at peak:
+
+# %%
+run = flops.RESNET50_IMAGENET
+t_min = flops.minimum_training_time(run, 112e12)
+t_real = flops.time_at_throughput(run, 1457)
+print(f"per image  : {run.flops_per_sample / 1e9:.1f} GFLOP")
+print(f"per epoch  : {run.flops_per_epoch / 1e12:,.0f} TFLOP")
+print(f"90 epochs  : {run.total_flops / 1e18:.2f} EFLOP")
+print(f"minimum    : {t_min:,.0f} s = {t_min / 3600:.1f} h on one V100 at 112 TFLOP/s")
+print(f"measured   : MXNet, 1,457 images/s -> {t_real:,.0f} s = {t_real / 3600:.1f} h "
+      f"({run.total_flops / t_real / 112e12:.0%} of peak)")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+years = flops.minimum_training_time(run, peak) / (3600 * 24 * 365)
+print(f"on one core of this machine at its measured peak ({peak / 1e9:.0f} GFLOP/s): {years:.1f} years")
+
+# %% [markdown]
+# Even the ideal is most of a working day on the fastest GPU of its time, and the real
+# run reaches about 30 % of it. That is why the rest of the course spreads the work over
+# many GPUs — and why chapter 7 returns to ResNet-50 on 1,024 of them.
+#
+# ## 7. Why GPUs: a roofline
+#
+# A kernel that does $F$ FLOPs while moving $B$ bytes has **arithmetic intensity**
+# $I = F/B$. A device with peak $P$ FLOP/s and memory bandwidth $\beta$ B/s can at best
+# reach $\min(P, \beta I)$: memory-bound left of the ridge $I = P/\beta$, compute-bound
+# right of it. A GPU has thousands of simple cores (high $P$) *and* much higher memory
+# bandwidth. Matrix products of training-sized matrices sit far right (each number
+# is reused many times); elementwise work sits far left.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+devices = list(flops.HARDWARE.values()) + [flops.Hardware("this machine, 1 core (measured)", peak, bandwidth)]
+intensity = np.logspace(-2, 3, 200)
+fig, ax = plt.subplots(figsize=(7.5, 4.5))
+for h in devices:
+    ax.loglog(intensity, [flops.attainable_flops(h, i) / 1e9 for i in intensity], label=h.name)
+kernels = {
+    "elementwise (relu)": 1 / 8,
+    "matmul 32x64x128": flops.matmul_intensity(32, 64, 128),
+    "matmul 256x784x256": flops.matmul_intensity(256, 784, 256),
+    "matmul 4096^3": flops.matmul_intensity(4096, 4096, 4096),
+}
+for name, i in kernels.items():
+    ax.axvline(i, color="gray", lw=0.6, ls=":")
+    ax.text(i * 1.08, 2, name, rotation=90, fontsize=8, va="bottom")
+ax.set(xlabel="arithmetic intensity [FLOP/byte]", ylabel="attainable GFLOP/s", ylim=(1, 3e5),
+       title="roofline: min(peak, bandwidth x intensity)")
+ax.legend(fontsize=8, loc="upper left")
+plt.show()
+
+# %% [markdown]
+# ## 8. The same kernels on a GPU
+#
+# `MLP(..., device="cuda")` runs forward and backward with `coursekit.nn.kernels_cuda`: a
+# **tiled matrix product** (each block of 16×16 threads loads a 16×16 tile of both inputs
+# into fast shared memory and reuses every loaded number 16 times) and fused elementwise
+# kernels for bias + activation, $\delta = G \odot \sigma'$, the bias gradient and softmax
+# + cross-entropy. `device="auto"` picks the GPU when numba finds one; on a cluster each
+# engine calls `kernels_cuda.select_gpu(local_rank)`. Without a GPU the tests run the
+# kernels in numba's CUDA simulator and compare them with the CPU results.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from coursekit.nn.mlp import resolve_device
+
+device = resolve_device("auto")
+print("device='auto' resolves to:", device)
+if device == "cuda":
+    X, y = digits.X_train[:256], digits.y_train[:256]
+    for dev in ("cpu", "cuda"):
+        m = MLP([64, 512, 10], device=dev, seed=0)
+        t = best_time(lambda: m.loss_and_grad(X, y))
+        print(f"{dev}: {t * 1e6:.0f} us per loss_and_grad (includes host <-> device copies)")
+
+# %% [markdown]
+# ## Summary
+#
+# * Backpropagation is three matrix products and two elementwise steps per layer; a
+#   gradient check against central differences catches any slip.
+# * The parameters and the gradient are **one flat buffer** — in chapter 3 data-parallel
+#   workers will average exactly this buffer with one allreduce.
+# * For small networks, overhead per operation dominates: compiling the whole step
+#   (Numba) beats NumPy and PyTorch eager many times. For large ones everything is
+#   matrix products, and the only way to go faster is more FLOP/s: GPUs, then many GPUs.
+#
+# Exercise: `exercises/01_backprop.ipynb` — write `layer_backward` yourself.

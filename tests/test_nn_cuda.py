@@ -1,0 +1,39 @@
+"""CUDA device selection here; the kernels themselves run in numba's simulator, in a subprocess.
+
+``NUMBA_ENABLE_CUDASIM=1`` must be set before numba.cuda is first imported, and it would
+turn every later CUDA use in this process into the simulator, so
+``tests/test_nn_cuda_sim.py`` runs in its own pytest process (and skips itself here).
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coursekit.nn import MLP
+from coursekit.nn.mlp import resolve_device
+
+SIM_TESTS = Path(__file__).with_name("test_nn_cuda_sim.py")
+
+
+def test_cuda_kernels_match_cpu_in_the_simulator():
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(SIM_TESTS)],
+        env=env, capture_output=True, text=True, timeout=240, cwd=SIM_TESTS.parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout
+
+
+def test_device_selection_without_a_gpu():
+    from numba import cuda
+
+    if cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert resolve_device("auto") == "cpu"
+    assert MLP([3, 2], device="auto").device == "cpu"
+    with pytest.raises(ValueError, match="device='cuda' but numba finds no usable CUDA GPU"):
+        MLP([3, 2], device="cuda")

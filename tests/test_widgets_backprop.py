@@ -1,0 +1,87 @@
+"""The chapter-1 panel, driven headlessly: controls -> experiment call -> drawing."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+from coursekit.data import make_classification
+from coursekit.nn.experiment import train_digits
+from coursekit.nn import MLP, train
+from coursekit.widgets.backprop import BackpropPanel, LivePlot, plot_history
+
+
+def test_run_button_calls_the_experiment_with_the_controls():
+    calls = []
+
+    def experiment(callback, **kwargs):
+        calls.append(kwargs)
+        return train_digits(**kwargs, callback=callback, data=make_classification(200, 64, 10, seed=0))
+
+    panel = BackpropPanel(experiment, seed=3)
+    panel.hidden.value = 16
+    panel.lr.value = 0.05
+    panel.batch_size.value = 64
+    panel.activation.value = "tanh"
+    panel.epochs.value = 2
+    redraws = []
+    panel.plot.observe(redraws.append, "value")
+    panel.run_button.click()
+    assert calls == [{"hidden": 16, "lr": pytest.approx(0.05), "batch_size": 64, "activation": "tanh",
+                      "epochs": 2, "seed": 3}]
+    assert panel.result.history.epochs == 2
+    assert f"{panel.result.test_accuracy:.1%}" in panel.status.value
+    assert panel.plot.value[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 1 <= len(redraws) <= 3  # live redraws (throttled) plus the final one
+    assert not panel.run_button.disabled
+
+
+def test_panel_result_equals_a_direct_call():
+    panel = BackpropPanel()
+    panel.epochs.value = 3
+    result = panel.run()
+    direct = train_digits(epochs=3)
+    np.testing.assert_array_equal(result.history.step_loss, direct.history.step_loss)
+
+
+def test_errors_from_the_experiment_show_in_the_status():
+    def failing(**kwargs):
+        raise ValueError("hidden=4 is too small for this demo")
+
+    panel = BackpropPanel(failing)
+    panel.run_button.click()
+    assert panel.status.value == "error: hidden=4 is too small for this demo"
+    assert panel.result is None and not panel.run_button.disabled
+
+
+def test_controls_offer_every_activation_and_the_default_settings():
+    panel = BackpropPanel()
+    assert set(panel.activation.options) == {"relu", "sigmoid", "tanh"}
+    defaults = inspect.signature(train_digits).parameters
+    for name, value in panel.settings().items():
+        assert value == pytest.approx(defaults[name].default), name
+
+
+def test_plot_history_draws_loss_and_both_accuracies():
+    h = train_digits(epochs=2).history
+    fig = plot_history(h, "title")
+    loss_ax, acc_ax = fig.axes
+    np.testing.assert_allclose(loss_ax.lines[0].get_ydata(), h.train_loss)
+    np.testing.assert_allclose(acc_ax.lines[1].get_ydata(), h.test_accuracy)
+
+
+def test_live_plot_is_a_train_callback():
+    data = make_classification(100, 5, 2, seed=1)
+    live = LivePlot("demo", min_interval=0)
+    draws = []
+    live.observe(draws.append, "value")
+    train(MLP([5, 4, 2]), data.X_train, data.y_train, epochs=2, callback=live)
+    assert live.value[:8] == b"\x89PNG\r\n\x1a\n" and len(draws) == 2
+    throttled = LivePlot(min_interval=3600)
+    h = train(MLP([5, 4, 2]), data.X_train, data.y_train, epochs=3, callback=throttled)
+    first = throttled.value
+    assert first  # the first call always draws
+    throttled(h)
+    assert throttled.value is first  # too soon: skipped
+    throttled(h, force=True)
+    assert throttled.value != first
