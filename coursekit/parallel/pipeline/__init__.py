@@ -1,0 +1,23 @@
+"""Pipeline parallelism: a schedule is data, validated, simulated and executed.
+
+>>> from coursekit.parallel.pipeline import schedule, simulate
+>>> s = schedule("1f1b", stages=4, microbatches=8)
+>>> r = simulate(s, t_f=1.0, t_b=2.0)
+>>> round(r.bubble_fraction, 4)  # (p-1)/(m+p-1) = 3/11
+0.2727
+
+The same :class:`Schedule` drives :func:`simulate` and :func:`execute` (which runs it on
+ranks over a Comm with stages of the chapter-1 MLP).
+"""
+
+from .actions import COMM, COMPUTE, Action, B, F, W
+from .execute import PipelineRun, StepResult, execute, gather, run_pipeline, stage_layers
+from .play import Deadlock, Span
+from .schedule_type import Schedule
+from .schedules import NAMES, schedule
+from .simulate import SimResult, peak_activations, simulate
+from .validate import ScheduleError, validate
+
+__all__ = ["COMM", "COMPUTE", "NAMES", "Action", "B", "Deadlock", "F", "Schedule", "ScheduleError",
+           "PipelineRun", "SimResult", "Span", "StepResult", "W", "execute", "gather", "peak_activations",
+           "run_pipeline", "schedule", "simulate", "stage_layers", "validate"]

@@ -1,0 +1,174 @@
+"""Run a schedule for real: each rank holds its stages of the chapter-1 MLP and exchanges
+activations (forward) and gradients (backward) with its neighbours over a Comm.
+
+The model's L layers are cut into ``schedule.n_stages`` equal stages (stage s has layers
+s L/S ... (s+1) L/S - 1) and stage s lives on rank s % p. The batch is cut into m
+micro-batches of n_i rows (``np.array_split``); the loss is a mean over the whole batch of
+N rows, so the last stage seeds each micro-batch's backward with (n_i / N) dC_i/dZ^L and
+the gradients of all micro-batches simply add up to the whole batch's gradient:
+
+    dC/dtheta = sum_i (n_i / N) dC_i/dtheta      (C_i: mean loss of micro-batch i)
+
+F runs each layer's ``forward``; an unsplit B runs each layer's fused ``backward`` kernel;
+a split backward (ZB-H1) does B: delta = G * sigma'(A), G_prev = delta W^T, and later
+W: dW += A_prev^T delta, db += sum(delta), in NumPy (layers compute Z = A_prev W + b).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from coursekit.comm.trace import now
+from coursekit.collectives.tags import TAG_BASE
+from coursekit.nn import activations, reference
+
+from .play import Span
+from .schedule_type import Schedule
+from .validate import validate
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One rank's part of a pipelined step.
+
+    ``grad``: full-size flat gradient with this rank's layers filled (zeros elsewhere), so
+    summing every rank's ``grad`` gives the whole gradient; ``loss``: the batch loss on the
+    rank holding the last stage, 0.0 elsewhere (so the sum is the loss too); ``timeline``:
+    measured compute Spans in seconds on the shared monotonic clock (``comm.trace.now``).
+    """
+
+    rank: int
+    loss: float
+    grad: np.ndarray
+    timeline: list[Span]
+
+
+def stage_layers(n_layers: int, n_stages: int) -> list[range]:
+    """Layer indices of every stage; ValueError unless the stages split the layers evenly."""
+    if n_layers % n_stages:
+        allowed = [d for d in range(1, n_layers + 1) if n_layers % d == 0]
+        raise ValueError(f"{n_stages} pipeline stages (ranks x chunks) cannot split the MLP's "
+                         f"{n_layers} layers evenly; allowed stage counts: {allowed} "
+                         "(add layers, or change stages or chunks)")
+    k = n_layers // n_stages
+    return [range(s * k, (s + 1) * k) for s in range(n_stages)]
+
+
+def _tag(direction: int, stage: int, mb: int, m: int) -> int:
+    """A tag per (direction, receiving stage, micro-batch); below the collectives' tags."""
+    return (2 * stage + direction) * m + mb
+
+
+def execute(comm, schedule: Schedule, mlp, X, y) -> StepResult:
+    """Run ``schedule`` on this rank (``comm.rank``) for the batch (X, y); see the module doc."""
+    validate(schedule)
+    p, m, S = schedule.stages, schedule.microbatches, schedule.n_stages
+    if comm.size != p:
+        raise ValueError(f"the schedule has {p} ranks but the comm has {comm.size}; they must match")
+    stages = stage_layers(len(mlp.layers), S)
+    X, y = mlp.check_batch(X, y)
+    N = len(X)
+    if N < m:
+        raise ValueError(f"the batch has {N} rows, fewer than the {m} micro-batches; "
+                         f"allowed: microbatches <= batch size")
+    if _tag(1, S - 1, m - 1, m) >= TAG_BASE:
+        raise ValueError(f"{S} stages x {m} micro-batches need more message tags than the "
+                         f"{TAG_BASE} below the collectives' range; use fewer")
+    rows = np.array_split(np.arange(N), m)
+    loss_fn = reference.softmax_xent if mlp.loss == "softmax_xent" else reference.mse
+    split = schedule.split_backward
+    rank = comm.rank
+    grad = np.zeros_like(mlp.params)
+    inputs, out_grads, acts, deltas = {}, {}, {}, {}  # keyed by (stage, micro-batch)
+    loss, spans = 0.0, []
+
+    def forward(s, i):
+        a = [X[rows[i]] if s == 0 else inputs.pop((s, i))]
+        for l in stages[s]:
+            a.append(mlp.layers[l].forward(a[-1]))
+        acts[s, i] = a
+        if s == S - 1:
+            c, g = loss_fn(a[-1], y[rows[i]])
+            w = len(rows[i]) / N
+            out_grads[s, i] = g * w
+            return c * w
+        inputs[s + 1, i] = a[-1]
+        return 0.0
+
+    def backward(s, i):
+        g, a = out_grads.pop((s, i)), acts[s, i]
+        keep = []
+        for k, l in reversed(list(enumerate(stages[s]))):
+            layer, need_input = mlp.layers[l], l > 0
+            if split:
+                delta = g * activations.derivative(a[k + 1], layer.activation)
+                keep.append(delta)
+                g = delta @ layer.W.T if need_input else None
+            else:
+                g, lg = layer.backward(a[k], a[k + 1], g, input_grad=need_input)
+                grad[layer.span] += lg
+        if split:
+            deltas[s, i] = keep[::-1]
+        else:
+            del acts[s, i]
+        if s > 0:
+            out_grads[s - 1, i] = g
+
+    def weight(s, i):
+        a = acts.pop((s, i))
+        for k, (l, delta) in enumerate(zip(stages[s], deltas.pop((s, i)))):
+            layer = mlp.layers[l]
+            gl = grad[layer.span]
+            gl[: layer.W.size] += (a[k].T @ delta).ravel()
+            gl[layer.W.size:] += delta.sum(axis=0)
+
+    comm.barrier()
+    for act in schedule.actions[rank]:
+        s, i = act.stage, act.mb
+        t0 = now()
+        if act.kind == "F":
+            loss += forward(s, i)
+        elif act.kind == "B":
+            backward(s, i)
+        elif act.kind == "W":
+            weight(s, i)
+        elif act.kind == "SEND_F":
+            comm.send(inputs.pop((s + 1, i)), schedule.rank_of(s + 1), _tag(0, s + 1, i, m))
+        elif act.kind == "RECV_F":
+            inputs[s, i] = comm.recv(schedule.rank_of(s - 1), _tag(0, s, i, m))
+        elif act.kind == "SEND_B":
+            comm.send(out_grads.pop((s - 1, i)), schedule.rank_of(s - 1), _tag(1, s - 1, i, m))
+        else:  # RECV_B
+            out_grads[s, i] = comm.recv(schedule.rank_of(s + 1), _tag(1, s, i, m))
+        if act.is_compute:
+            spans.append(Span(rank, act, t0, now()))
+    return StepResult(rank, float(loss), grad, spans)
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """A whole pipelined step gathered from all ranks (see :func:`run_pipeline`).
+
+    ``timeline[r]``: rank r's measured Spans in seconds from the earliest start, directly
+    comparable with ``simulate(...).timeline``.
+    """
+
+    loss: float
+    grad: np.ndarray
+    timeline: list[list[Span]]
+
+
+def gather(results: list[StepResult]) -> PipelineRun:
+    """Add the ranks' disjoint gradients and losses; shift the timeline to start at 0."""
+    t0 = min((s.start for r in results for s in r.timeline), default=0.0)
+    timeline = [[s._replace(start=s.start - t0, end=s.end - t0) for s in r.timeline] for r in results]
+    return PipelineRun(sum(r.loss for r in results), sum(r.grad for r in results), timeline)
+
+
+def run_pipeline(schedule: Schedule, mlp, X, y, *, timeout: float = 30.0) -> PipelineRun:
+    """:func:`execute` on ``schedule.stages`` in-process ThreadComm ranks (``run_local``)."""
+    from coursekit.comm import run_local
+
+    return gather(run_local(execute, schedule.stages, schedule, mlp, X, y, timeout=timeout))

@@ -1,0 +1,53 @@
+"""Draw a pipeline schedule's per-rank timeline (simulated or measured).
+
+Bars use the course colours (:mod:`.style`): F "forward", B "backward", W (weight gradient)
+"backward" hatched; each bar is labelled with its micro-batch; chunks of an interleaved
+schedule get lighter shades (chunk c of v at opacity 1 - c/(2v)); white space is bubble.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from .style import color
+
+_BAR = 0.7
+_STYLE = {"F": ("forward", None), "B": ("backward", None), "W": ("backward", "///")}
+
+
+def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = "",
+                  labels: bool = True):
+    """Draw ``timeline`` (``timeline[r]`` = rank r's Spans, e.g. ``simulate(...).timeline`` or
+    ``run_pipeline(...).timeline``) as a Gantt chart. ``unit`` labels the time axis. Returns the Figure."""
+    timeline = [list(spans) for spans in timeline]
+    if not timeline:
+        raise ValueError("plot_schedule needs at least one rank's timeline")
+    p = len(timeline)
+    v = 1 + max((s.action.stage // p for spans in timeline for s in spans), default=0)
+    end = max((s.end for spans in timeline for s in spans), default=1.0)
+    fig = ax.figure if ax is not None else plt.figure(figsize=(10, 0.55 * p + 1.3))
+    ax = ax if ax is not None else fig.add_subplot()
+    for r, spans in enumerate(timeline):
+        for s in spans:
+            kind, hatch = _STYLE[s.action.kind]
+            chunk = s.action.stage // p
+            ax.broken_barh([(s.start, s.end - s.start)], (r - _BAR / 2, _BAR),
+                           facecolors=color(kind), alpha=1 - chunk / (2 * v), hatch=hatch,
+                           edgecolors="white", linewidth=0.5)
+            if labels and s.end - s.start > end / 150:
+                ax.text((s.start + s.end) / 2, r, str(s.action.mb), ha="center", va="center",
+                        fontsize="x-small", color="white")
+    kinds = sorted({s.action.kind for spans in timeline for s in spans}, key="FBW".index)
+    names = {"F": "forward F", "B": "backward B", "W": "weight grad W"}
+    ax.legend([Patch(facecolor=color(_STYLE[k][0]), hatch=_STYLE[k][1]) for k in kinds],
+              [names[k] for k in kinds], loc="upper left", bbox_to_anchor=(1.0, 1.0),
+              fontsize="small", frameon=False)
+    ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
+    ax.set_ylim(p - 0.5, -0.5)
+    ax.set_xlim(0, end)
+    ax.set_xlabel(f"time ({unit})" if unit else "time")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,478 @@
+# %% [markdown]
+# # 05 · Model, tensor and pipeline parallelism
+#
+# Data parallelism (chapters 3 and 4) copies the whole model onto every worker and splits
+# the **mini-batch**. When the model itself does not fit on one device we split the
+# **model** instead:
+#
+# * every worker holds a part of the parameters and sees the **same** mini-batch;
+# * the parts depend on each other, so activations travel between workers in the forward
+#   pass and their gradients travel back in the backward pass. Where the neurons of one
+#   layer connect to all neurons of the next across the split, every worker needs every
+#   other worker's outputs: an all-to-all style exchange (an allgather or allreduce).
+#
+# There are two ways to cut a network of fully connected layers:
+#
+# 1. **inside a layer** (tensor parallelism, Megatron-LM): each worker holds a slice of every
+#    weight matrix;
+# 2. **between layers** (a layer split): each worker holds a block of whole layers. Layers
+#    run one after the other, so on its own this keeps only one worker busy at a time;
+#    **pipeline parallelism** fixes that by cutting the mini-batch into micro-batches that
+#    follow each other through the stages (GPipe, PipeDream, and their successors).
+#
+# Every experiment below runs on the engines of a local cluster and talks engine to engine
+# over ZeroMQ (chapter 2); this notebook only sends the model and the data and draws. We
+# start **two** engines: this course's reference machine has two CPU cores, and with more
+# engines than cores the measured timings would show the engines queueing for a core more
+# than the schedules. The simulations use any number of ranks.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from coursekit import cluster
+from coursekit.comm.cluster_setup import setup_comm
+from coursekit.data import load_digits
+from coursekit.nn import MLP
+from coursekit.parallel.pipeline import gather, schedule, simulate
+from coursekit.viz.pipeline import plot_schedule
+
+c = cluster.start(n=2)
+setup_comm(c, backend="auto")  # a Comm on every engine, to every other engine
+p = c.size  # ranks on the cluster
+p
+
+# %% [markdown]
+# ## The model and the batch
+#
+# The chapter-1 MLP on the digits: 64 inputs, seven hidden layers of 512 units, 10 classes,
+# so **8 layers** (they split into 1, 2, 4 or 8 equal blocks) and 1.6 million parameters.
+# One training step uses a mini-batch of N = 512 images. We work in float64 so that every
+# parallel result can be compared with the serial one to rounding error.
+
+# %%
+digits = load_digits()
+X = digits.X_train[:512].astype(np.float64)
+y = digits.y_train[:512]
+mlp = MLP([64] + [512] * 7 + [10], activation="relu", dtype=np.float64, seed=0)
+serial_loss, serial_grad = mlp.loss_and_grad(X, y)  # the reference every strategy must match
+N = len(X)
+print(mlp)
+print(f"batch N = {N}, serial loss {serial_loss:.4f}")
+
+# %% [markdown]
+# An MLP object holds compiled kernels and does not travel to the engines; its numbers do.
+# `install` is sent once with the layer sizes, the flat parameter buffer and the batch as
+# its arguments; it rebuilds the same model on every engine and keeps it there.
+# `on_engines(task, ...)` then runs `task(comm, model, X, y, ...)` on every engine with the
+# engine's Comm and returns each rank's result with the messages it sent (`comm.trace`).
+
+# %%
+def install(spec, params, X, y):
+    """Engine side: build the model from its numbers; keep it and the batch on the engine."""
+    from IPython import get_ipython
+
+    from coursekit.nn import MLP
+
+    sizes, activation, loss, dtype = spec
+    model = MLP(sizes, activation, loss, dtype=dtype)
+    model.params[...] = params
+    get_ipython().user_ns["chapter5"] = (model, X.copy(), y.copy())
+
+
+def engine_task(task, *args):
+    """Engine side: task(comm, model, X, y, *args) with message tracing on."""
+    from IPython import get_ipython
+
+    from coursekit.comm import engine_comm
+
+    model, X, y = get_ipython().user_ns["chapter5"]
+    comm = engine_comm()
+    comm.tracing, comm.trace = True, []
+    try:
+        result = task(comm, model, X, y, *args)
+    finally:
+        comm.tracing = False
+    return result, list(comm.trace)
+
+
+def on_engines(task, *args):
+    """[(result, trace) for every rank] of task(comm, model, X, y, *args) on the cluster."""
+    return c.run(engine_task, task, *args)
+
+
+c.run(install, (mlp.sizes, mlp.activation, mlp.loss, mlp.dtype), mlp.params, X, y)
+
+
+def sent_mb(traces):
+    """Megabytes each rank sent (payloads), from the traces."""
+    return [round(sum(m.nbytes for m in t if m.op == "send") / 1e6, 2) for t in traces]
+
+# %% [markdown]
+# ## 1. Tensor parallelism: split every layer
+#
+# A layer computes $Z = A W + b$, $A^{out} = \sigma(Z)$, with $W$ of shape
+# $(n_{in}, n_{out})$ and one row of $A$ per sample. Split $W$ over $p$ ranks:
+#
+# * **by columns** (outputs): rank $r$ holds $W_{:, r}$ and $b_r$ and computes its own
+#   slice of the outputs $\sigma(A W_{:, r} + b_r)$ from the whole input $A$: no message
+#   in the forward pass. In the backward pass each rank only has a partial input gradient
+#   $\delta_r W_{:, r}^T$, and $\partial C / \partial A = \sum_r \delta_r W_{:, r}^T$ needs an
+#   **allreduce**.
+# * **by rows** (inputs): rank $r$ holds $W_{r, :}$ and needs only the slice $A_r$ of the
+#   input, exactly what a column-split layer produced. $Z = \sum_r A_r W_{r, :} + b$ needs an
+#   **allreduce** in the forward pass; the backward pass needs none
+#   ($\partial C/\partial A_r = \delta W_{r,:}^T$, $\partial C/\partial W_{r,:} = A_r^T \delta$).
+#
+# Alternating column and row layers (as Megatron-LM does) costs one allreduce of an
+# $N \times n$ activation per pair of layers forward and one backward; the parameters and
+# the matrix products are divided by $p$.
+
+# %%
+def tensor_parallel_step(comm, model, X, y):
+    from coursekit.parallel.tensor_parallel import TensorParallelMLP
+
+    tp = TensorParallelMLP(comm, model)  # layers 0, 2, 4, 6 split by columns, 1, 3, 5, 7 by rows
+    loss, shards = tp.loss_and_grad(X, y)  # one training step: this is the traffic we count
+    comm.tracing = False  # only to compare: gather the shards into one whole gradient
+    return loss, tp.forward(X)[1], tp.full_grad(shards), [W.shape for _, W, _, _ in tp.shards]
+
+
+tp = on_engines(tensor_parallel_step)
+print("rank 0's weight shards:", tp[0][0][3])
+print("loss equal on every rank:  ", all(np.isclose(loss, serial_loss) for (loss, *_), _ in tp))
+print("outputs equal to serial:   ", all(np.allclose(out, mlp.forward(X)) for (_, out, *_), _ in tp))
+print("gradient equal to serial:  ", all(np.allclose(grad, serial_grad) for (_, _, grad, _), _ in tp))
+print("MB sent per rank in a step:", sent_mb([trace for _, trace in tp]))
+
+# %% [markdown]
+# Each rank holds $1/p$ of every weight matrix, and the results are those of the serial
+# network. The price is communication: four allreduces forward (after layers 1, 3, 5, 7)
+# and three backward (before layers 2, 4, 6 pass their input gradient on), each of an
+# $N \times 512$ activation (the last one $N \times 10$). A ring allreduce of $n$ bytes
+# sends $2\frac{p-1}{p}n$ bytes per rank:
+
+# %%
+allreduced = N * (6 * 512 + 10) * 8  # bytes of activations allreduced per step
+print(f"2 (p-1)/p * {allreduced / 1e6:.2f} MB = {2 * (p - 1) / p * allreduced / 1e6:.2f} MB per rank")
+
+# %% [markdown]
+# (the few extra bytes measured are the small fingerprints the collectives exchange to check
+# that every rank called them with the same shapes). This traffic sits on the critical path
+# of every layer, which is why tensor parallelism is used inside a node, over the fastest
+# links (NVLink), and rarely across nodes.
+#
+# ## 2. The layer split, and why layers limit parallelism
+#
+# The simplest model split gives each rank a block of whole layers: with our two ranks,
+# layers 0-3 on rank 0 and 4-7 on rank 1. The batch goes through rank 0, its output
+# activations go to rank 1, and so on; the gradients come back the same way. `layer_split`
+# runs it on our ranks:
+
+# %%
+from coursekit.parallel.tensor_parallel import layer_split
+
+split = on_engines(layer_split)
+step = gather([result for result, _ in split])
+print("gradient equal to serial:  ", np.allclose(step.grad, serial_grad))
+print("MB sent per rank in a step:", sent_mb([trace for _, trace in split]))
+
+# %% [markdown]
+# Only the boundaries communicate ($N \times 512$ doubles = 2.1 MB forward, and as much
+# backward), far less than tensor parallelism. But the forward pass of layer $l$ needs the
+# output of layer $l-1$ and the backward pass goes in the reverse order: there is no
+# parallelism between the layers of one batch. With $p$ ranks, $p - 1$ of them wait at any
+# moment, and the depth $D$ of the network caps how many workers a layer split can use at
+# all (GoogLeNet: $D = 22$). A simulation on $P = 4$ ranks with one time unit per forward
+# and two per backward:
+
+# %%
+P = 4  # ranks in the simulations
+naive = simulate(schedule("gpipe", P, 1), t_f=1.0, t_b=2.0)
+print(f"idle fraction {naive.bubble_fraction:.2f} = (P-1)/P = {(P - 1) / P:.2f}")
+plot_schedule(naive.timeline, title="layer split: one batch, one busy rank at a time")
+plt.show()
+
+# %% [markdown]
+# ## 3. Pipelines: micro-batches keep the stages busy
+#
+# Cut the mini-batch into $m$ **micro-batches**. As soon as stage 0 has sent micro-batch 0
+# on, it starts micro-batch 1, so the stages work on different micro-batches at the same
+# time. Gradients of the micro-batches add up to the gradient of the whole batch (each is
+# weighted by its share $n_i/N$ of the rows), so the step is still exactly the serial step.
+#
+# A schedule is data: for every rank an ordered list of actions, `F s.i` (forward of stage
+# $s$ on micro-batch $i$), `B s.i` (backward) and, in schedules that split the backward,
+# `W s.i` (the weight gradient), plus the sends and receives between stages. With $p$
+# stages, $m$ micro-batches and times $T_F$, $T_B$ per micro-batch and stage:
+#
+# | schedule | order on rank $r$ | idle (bubble) fraction | activations held |
+# |---|---|---|---|
+# | **GPipe** | all $m$ forwards, then all $m$ backwards | $\frac{p-1}{m+p-1}$ | $m$ micro-batches |
+# | **1F1B** (PipeDream-Flush) | $p-1-r$ forwards, then one forward / one backward | $\frac{p-1}{m+p-1}$ | $p - r \le p$ |
+# | **interleaved 1F1B** | $v$ model chunks per rank, 1F1B over the chunks | $\frac{p-1}{vm+p-1}$ | more than 1F1B |
+# | **ZB-H1** (zero bubble) | 1F1B with the backward split into B (input gradient) and W (weight gradient); W fills the gaps | $\frac{p-1}{3m+p-1} \approx \frac{p-1}{3m}$ if $T_F = T_B = T_W$ | as 1F1B |
+#
+# The time of a GPipe or 1F1B step is $(m + p - 1)(T_F + T_B)$ instead of
+# $m (T_F + T_B)$ without the ramp-up and ramp-down: the bubble shrinks as $m$ grows, and
+# 1F1B gets it while holding at most $p$ micro-batches of activations instead of $m$.
+#
+# The simulator plays a schedule with given action times and checks these formulas
+# ($p = P = 4$, $m = 8$, $T_F = T_B = T_W = 1$; a schedule without W does B and W in one action of 2):
+
+# %%
+m = 8
+formula = {"gpipe": (P - 1) / (m + P - 1), "1f1b": (P - 1) / (m + P - 1),
+           "interleaved_1f1b": (P - 1) / (2 * m + P - 1), "zb_h1": (P - 1) / (3 * m + P - 1)}
+sims = {}
+print(f"{'schedule':22}{'bubble':>8}{'formula':>9}{'time':>6}   peak activations per rank")
+for name in formula:
+    v = 2 if name == "interleaved_1f1b" else 1
+    sims[name] = simulate(schedule(name, P, m, chunks=v), t_f=1.0, t_b=1.0, t_w=1.0)
+    r = sims[name]
+    label = name + (f" (v={v})" if v > 1 else "")
+    print(f"{label:22}{r.bubble_fraction:8.3f}{formula[name]:9.3f}{r.total_time:6g}   {r.peak_activations.tolist()}")
+
+# %%
+fig, axes = plt.subplots(4, 1, figsize=(10, 9), sharex=True)
+for ax, (name, r) in zip(axes, sims.items()):
+    plot_schedule(r.timeline, ax=ax, title=f"{name}: bubble {r.bubble_fraction:.1%}")
+axes[0].set_xlim(0, max(r.total_time for r in sims.values()))  # the axes share x: fit the longest
+plt.show()
+
+# %% [markdown]
+# Read the pictures: in GPipe rank 0 holds all 8 micro-batches' activations before its first
+# backward; 1F1B starts backwards as soon as the last stage can, so rank 0 never holds more
+# than 4. Interleaving cuts the ramp into $v$ thinner slices (lighter bars: the second
+# chunk). ZB-H1 moves the weight gradients W, which nothing waits for, into the holes.
+#
+# ## 4. Try it: the pipeline panel
+#
+# Pick a schedule, the number of stages $p$, micro-batches $m$, chunks $v$ (interleaved
+# only), the relative times of F, B and W and a point-to-point cost. The panel simulates
+# the schedule and shows the timeline, the bubble and the peak activations per rank.
+# Things to try: GPipe against 1F1B at $m = 4$ and $m = 32$; ZB-H1 with $T_W = 0$ (it
+# becomes 1F1B); a p2p cost of 0.5 (messages now sit on the critical path).
+
+# %%
+from coursekit.widgets.pipeline import PipelinePanel
+
+panel = PipelinePanel("1f1b", stages=4, microbatches=8)
+panel
+
+# %% [markdown]
+# The panel is live: setting its controls from code redraws it (and the picture above).
+
+# %%
+print(panel.status.value)
+panel.name.value = "zb_h1"
+print(panel.status.value)
+panel.name.value = "interleaved_1f1b"
+panel.chunks.value = 2
+print(panel.status.value)
+panel.microbatches.value = 6  # interleaving needs m to be a multiple of p: no picture
+print(panel.status.value)
+
+# %% [markdown]
+# ## 5. The same schedules on the cluster
+#
+# `execute(comm, schedule, model, X, y)` runs a schedule for real: each of our $p = 2$ ranks
+# keeps its 4 layers, performs its list of actions in order, and sends activations and
+# gradients to its neighbour over the Comm. It returns this rank's part of the gradient and a measured
+# timeline of its compute actions. First: is it the serial step?
+
+# %%
+def pipeline_step(comm, model, X, y, sched):
+    from coursekit.parallel.pipeline import execute
+
+    return execute(comm, sched, model, X, y)
+
+
+NAMES = ("gpipe", "1f1b", "zb_h1")
+for name in NAMES:
+    runs = on_engines(pipeline_step, schedule(name, p, m))
+    step = gather([result for result, _ in runs])
+    print(f"{name:6} loss equal: {np.isclose(step.loss, serial_loss)}, gradient equal: "
+          f"{np.allclose(step.grad, serial_grad)}, MB sent per rank: {sent_mb([t for _, t in runs])}")
+
+# %% [markdown]
+# Every schedule gives the serial gradient, and every one sends the same bytes: each
+# boundary carries each micro-batch once forward and once backward. Only the **order**
+# differs. Now we time them (best of three runs each) and draw each measured timeline
+# (right) beside the simulated one (left). The simulation uses the measured mean times of
+# F, B and W on the slowest rank, so both are in milliseconds.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def best_of(sched, runs=3):
+    """The fastest of a few runs of sched on the cluster: a PipelineRun in seconds."""
+    steps = [gather([r for r, _ in on_engines(pipeline_step, sched)]) for _ in range(runs)]
+    return min(steps, key=lambda s: max(sp.end for spans in s.timeline for sp in spans))
+
+
+def mean_ms(run, kind):
+    """Mean duration of kind's actions on the slowest rank, in ms (0 if there are none)."""
+    per_rank = [[sp.end - sp.start for sp in spans if sp.action.kind == kind] for spans in run.timeline]
+    return 1e3 * max((np.mean(d) for d in per_rank if d), default=0.0)
+
+
+import warnings
+
+warnings.filterwarnings("ignore", message="Tight layout not applied")  # legends beside both columns
+measured = {}
+fig, axes = plt.subplots(len(NAMES), 2, figsize=(13, 8), sharex=True)
+for row, name in zip(axes, NAMES):
+    sched = schedule(name, p, m)
+    run = best_of(sched)
+    in_ms = [[sp._replace(start=1e3 * sp.start, end=1e3 * sp.end) for sp in spans] for spans in run.timeline]
+    total = max(sp.end for spans in in_ms for sp in spans)
+    sim = simulate(sched, t_f=mean_ms(run, "F"), t_b=mean_ms(run, "B"), t_w=mean_ms(run, "W"))
+    busy = sum(sp.end - sp.start for spans in in_ms for sp in spans)
+    measured[name] = (total, 1 - busy / (p * total), sim.total_time, sim.bubble_fraction)
+    plot_schedule(sim.timeline, ax=row[0], unit="ms", title=f"{name} simulated: {sim.total_time:.0f} ms")
+    plot_schedule(in_ms, ax=row[1], unit="ms", title=f"{name} measured: {total:.0f} ms")
+for ax in axes.ravel():
+    ax.set_xlim(0, max(max(v[0], v[2]) for v in measured.values()))
+fig.tight_layout()
+plt.show()
+for name, (total, bubble, sim_total, sim_bubble) in measured.items():
+    print(f"{name:6} measured {total:6.1f} ms, idle {bubble:4.0%}   simulated {sim_total:6.1f} ms, idle {sim_bubble:4.0%}")
+
+# %% [markdown]
+# The measured pictures have the shape the schedule predicts, with two differences worth
+# understanding:
+#
+# * **Communication.** Every hand-over is a ZeroMQ message of $N/m \times 512$ doubles (tens
+#   to hundreds of microseconds) that the simulation counts as free (the panel's p2p control
+#   adds it); a receive that waits for it shows up as a gap.
+# * **Unequal and noisy actions.** The simulation gives every F (and every B) the same
+#   time. Our two stages are nearly equal (rank 0: 64×512 + 3 × 512×512 weights, rank 1:
+#   3 × 512×512 + 512×10), but a real machine is noisy: another process that takes the
+#   core stretches one bar, and everything that waits for it. In a pipeline the slowest
+#   stage sets the pace, which is why a real partitioner (PipeDream's) balances the *time*
+#   of the stages, not the number of layers.
+#
+# ## 6. Data parallelism or model parallelism?
+#
+# The same step of the same model, four ways on our $p = 2$ engines: serial (one engine
+# does everything), data parallel (each rank takes $N/p$ rows and the gradients are
+# allreduced, chapter 3), tensor parallel and a 1F1B pipeline with $m = 8$.
+
+# %%
+def serial_step(comm, model, X, y):
+    if comm.rank == 0:
+        model.loss_and_grad(X, y)
+
+
+def data_parallel_step(comm, model, X, y):
+    import numpy as np
+
+    from coursekit.collectives import allreduce
+    from coursekit.data import shard
+
+    Xr, yr = shard(X, y, comm.rank, comm.size)
+    loss, grad = model.loss_and_grad(Xr, yr)
+    w = len(Xr) / len(X)  # the mean over N rows = the sum of the shards' weighted means
+    total = allreduce(comm, np.append(grad, loss) * w)
+    return total[-1], total[:-1]
+
+
+def tensor_parallel_only(comm, model, X, y):
+    from coursekit.parallel.tensor_parallel import TensorParallelMLP
+
+    return TensorParallelMLP(comm, model).loss_and_grad(X, y)[0]
+
+
+one_f = schedule("1f1b", p, m)
+STRATEGIES = {"serial": (serial_step,), "data parallel": (data_parallel_step,),
+              "tensor parallel": (tensor_parallel_only,), "pipeline 1F1B": (pipeline_step, one_f)}
+dp = on_engines(data_parallel_step)
+print("data parallel gradient equal to serial:", all(np.allclose(g, serial_grad) for (_, g), _ in dp))
+traffic = {name: max(sent_mb([t for _, t in on_engines(*task)])) for name, task in STRATEGIES.items()}
+traffic
+
+# %% [markdown]
+# Memory per rank, in MB of float64 (parameters; and the activations kept for the backward
+# pass: the input and every layer's output, per row; the largest rank). Data parallelism
+# keeps a whole model but only $N/p$ rows; tensor parallelism keeps $1/p$ of the model but
+# all $N$ rows (sliced for column-split layers); the pipeline keeps its stage's layers and,
+# with 1F1B, at most $p$ micro-batches of $N/m$ rows (on rank 0).
+
+# %%
+sizes = mlp.sizes
+layer_params = [(a + 1) * b for a, b in zip(sizes[:-1], sizes[1:])]
+per_rank = (len(sizes) - 1) // p
+stage_of = [range(per_rank * r, per_rank * (r + 1)) for r in range(p)]  # layers of each rank
+tp_outputs = sum(n // p if l % 2 == 0 else n for l, n in enumerate(sizes[1:]))  # column outputs are sliced
+params_mb = {
+    "serial": sum(layer_params),
+    "data parallel": sum(layer_params),
+    "tensor parallel": sum(a * b // p + (b // p if l % 2 == 0 else b)
+                           for l, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))),
+    "pipeline 1F1B": max(sum(layer_params[l] for l in s) for s in stage_of),
+}
+peaks = simulate(one_f).peak_activations  # p - r micro-batches on rank r
+acts_mb = {
+    "serial": N * sum(sizes),
+    "data parallel": N // p * sum(sizes),
+    "tensor parallel": N * (sizes[0] + tp_outputs),
+    "pipeline 1F1B": max(peaks[r] * N / m * (sizes[s[0]] + sum(sizes[l + 1] for l in s))
+                         for r, s in enumerate(stage_of)),
+}
+print(f"{'':16}{'params MB':>10}{'activations MB':>16}{'sent MB / step':>16}")
+for name in STRATEGIES:
+    print(f"{name:16}{params_mb[name] * 8 / 1e6:10.2f}{acts_mb[name] * 8 / 1e6:16.2f}{traffic[name]:16.2f}")
+
+# %% [markdown]
+# And the throughput: images per second for one training step (best of five, each rank
+# timing between two barriers).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def timed(comm, model, X, y, task, *args, repeats=5):
+    from coursekit.comm.trace import now
+
+    best = float("inf")
+    for _ in range(repeats):
+        comm.barrier()
+        start = now()
+        task(comm, model, X, y, *args)
+        comm.barrier()
+        best = min(best, now() - start)
+    return best
+
+
+seconds = {name: max(t for t, _ in on_engines(timed, *task)) for name, task in STRATEGIES.items()}
+for name, s in seconds.items():
+    print(f"{name:16}{s * 1e3:8.1f} ms per step {N / s:8.0f} images/s  x{seconds['serial'] / s:.2f}")
+fig, ax = plt.subplots(figsize=(6, 2.8))
+ax.barh(list(seconds), [N / s for s in seconds.values()], color="C0")
+ax.invert_yaxis()
+ax.set(xlabel="images per second", title=f"one training step on {p} engines (2 CPU cores)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The lecture's summary, which our numbers illustrate:
+#
+# | | data parallel | model parallel (tensor, layer split, pipeline) |
+# |---|---|---|
+# | throughput | grows with the workers | drops (layer split), or grows only as far as the stages stay busy (pipeline) |
+# | communication | one gradient allreduce per step, can overlap the backward pass | activations in **every** forward and backward pass, on the critical path (tensor parallel: after every pair of layers; pipeline: only at stage boundaries) |
+# | memory per worker | a whole model (parameters, gradients, optimizer state) | $1/p$ of the model; activations of the whole batch (tensor) or of the micro-batches in flight (pipeline) |
+# | implementation | simple | harder: split the layers, schedule the micro-batches |
+# | typical use | speed up training | a model that does not fit one device |
+#
+# Use data parallelism whenever the model fits. When it does not, large systems combine all
+# three: tensor parallelism inside a node, pipeline stages across nodes, data parallelism
+# over copies of the whole pipeline ("3-D parallelism").
+#
+# Two CPU cores can give at most a factor of two, and that only to the strategy that keeps
+# both busy with little waiting; the point of the measurement is *where the time goes*.
+# Chapter 7 simulates the same trade-offs at a thousand GPUs.
+#
+# ## Stop the cluster
+
+# %%
+c.stop()
+c

@@ -1,0 +1,67 @@
+"""The executor runs the same schedules over a Comm: gradients equal the serial MLP's."""
+
+import numpy as np
+import pytest
+
+from coursekit.comm import run_local
+from coursekit.nn import MLP
+from coursekit.parallel.pipeline import execute, gather, run_pipeline, schedule
+
+CASES = [("gpipe", 1, 3, 1), ("gpipe", 4, 5, 1), ("1f1b", 2, 2, 1), ("1f1b", 4, 7, 1),
+         ("interleaved_1f1b", 2, 4, 2), ("interleaved_1f1b", 2, 2, 4), ("zb_h1", 2, 3, 1),
+         ("zb_h1", 4, 4, 1)]
+
+
+def batch(n=13, n_in=6, n_classes=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, n_in)), rng.integers(0, n_classes, n)
+
+
+@pytest.mark.parametrize("name,p,m,v", CASES)
+@pytest.mark.parametrize("activation,loss", [("tanh", "softmax_xent"), ("relu", "mse")])
+def test_pipelined_step_equals_serial_gradient(name, p, m, v, activation, loss):
+    mlp = MLP([6, 7, 8, 7, 8, 7, 8, 7, 5], activation, loss, dtype=np.float64, seed=3)  # 8 layers
+    X, y = batch()
+    want_loss, want = mlp.loss_and_grad(X, y)
+    run = run_pipeline(schedule(name, p, m, chunks=v), mlp, X, y)
+    assert run.loss == pytest.approx(want_loss, rel=1e-12)
+    np.testing.assert_allclose(run.grad, want, rtol=1e-10, atol=1e-13)
+
+
+def test_each_rank_fills_only_its_own_layers():
+    mlp = MLP([6, 7, 8, 7, 5], dtype=np.float64, seed=1)  # 4 layers, 2 per rank
+    X, y = batch()
+    results = run_local(execute, 2, schedule("1f1b", 2, 3), mlp, X, y)
+    split = mlp.layers[2].span.start
+    assert np.all(results[0].grad[split:] == 0) and np.any(results[0].grad[:split] != 0)
+    assert np.all(results[1].grad[:split] == 0) and np.any(results[1].grad[split:] != 0)
+    assert results[0].loss == 0.0 and results[1].loss > 0
+
+
+@pytest.mark.parametrize("name,p,m,v", CASES)
+def test_measured_timeline_follows_the_schedule(name, p, m, v):
+    mlp = MLP([6, 8, 8, 8, 8, 8, 8, 8, 5], dtype=np.float64, seed=0)
+    X, y = batch()
+    sched = schedule(name, p, m, chunks=v)
+    run = run_pipeline(sched, mlp, X, y)
+    assert min(s.start for spans in run.timeline for s in spans) == 0.0
+    for r, spans in enumerate(run.timeline):
+        assert [s.action for s in spans] == sched.compute(r)
+        assert all(s.rank == r and 0 <= s.start <= s.end for s in spans)
+        assert all(a.end <= b.start for a, b in zip(spans, spans[1:]))
+
+
+def test_gather_adds_disjoint_parts():
+    mlp = MLP([6, 8, 5], dtype=np.float64, seed=0)
+    X, y = batch()
+    parts = run_local(execute, 2, schedule("gpipe", 2, 2), mlp, X, y)
+    run = gather(parts)
+    np.testing.assert_array_equal(run.grad, parts[0].grad + parts[1].grad)
+
+
+def test_float32_model_runs_in_float32():
+    mlp = MLP([6, 8, 5], seed=0)
+    X, y = batch()
+    run = run_pipeline(schedule("1f1b", 2, 4), mlp, X, y)
+    assert run.grad.dtype == np.float32
+    np.testing.assert_allclose(run.grad, mlp.loss_and_grad(X, y)[1], rtol=1e-4, atol=1e-6)
