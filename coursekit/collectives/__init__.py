@@ -22,6 +22,7 @@ from .allgather import allgather
 from .allreduce import allreduce
 from .alltoall import alltoall
 from .bcast import bcast
+from .hierarchical import hierarchical_allreduce
 from .ops import OPS
 from .reduce import reduce
 from .reduce_scatter import reduce_scatter
@@ -57,5 +58,5 @@ DEFAULT_ALGORITHM = {
 }
 
 __all__ = ["ALGORITHMS", "COLLECTIVES", "DEFAULT_ALGORITHM", "FUNCTIONS", "OPS", "TAG_BASE",
-           "allgather", "allreduce", "alltoall", "bcast", "gather", "reduce",
-           "reduce_scatter", "scatter"]
+           "allgather", "allreduce", "alltoall", "bcast", "gather", "hierarchical_allreduce",
+           "reduce", "reduce_scatter", "scatter"]

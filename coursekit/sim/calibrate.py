@@ -1,0 +1,67 @@
+"""Measure a link's alpha and beta between two ranks (ping-pong), to feed the simulator.
+
+:func:`pingpong` runs on every rank of a Comm (engines, MPI ranks, ThreadComm ranks): rank
+``a`` sends n bytes to rank ``b``, which sends them back; one-way time = round trip / 2,
+the median of ``repeats`` (typical, not best-case: what a training step sees). :func:`coursekit.costmodel.fit` turns the times into ``alpha + n beta``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from coursekit.costmodel import LinkFit, fit
+
+__all__ = ["SIZES", "exchange", "link_fit", "pingpong"]
+
+SIZES = (8, 1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22)
+_TAG = 7
+
+
+def pingpong(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
+    """One-way seconds per size between ranks ``a`` and ``b`` (on rank a; None elsewhere)."""
+    if comm.rank not in (a, b):
+        return None
+    peer = b if comm.rank == a else a
+    out = np.empty(len(sizes))
+    for i, n in enumerate(sizes):
+        buf = np.zeros(max(int(n), 1), dtype=np.uint8)
+        trips = []
+        for _ in range(repeats + 1):  # the first round trip warms the connection up
+            t0 = time.perf_counter()
+            if comm.rank == a:
+                comm.send(buf, peer, _TAG)
+                comm.recv(peer, _TAG, out=buf)
+            else:
+                comm.recv(peer, _TAG, out=buf)
+                comm.send(buf, peer, _TAG)
+            trips.append(time.perf_counter() - t0)
+        out[i] = np.median(trips[1:]) / 2
+    return out if comm.rank == a else None
+
+
+def exchange(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
+    """Seconds per size for ranks ``a`` and ``b`` swapping n bytes at once (``sendrecv``),
+    median of ``repeats``, on rank a (None elsewhere). This is one step of a ring or of
+    recursive doubling: both directions busy, which on a shared host costs more than the
+    one-way :func:`pingpong`."""
+    if comm.rank not in (a, b):
+        return None
+    peer = b if comm.rank == a else a
+    out = np.empty(len(sizes))
+    for i, n in enumerate(sizes):
+        send, recv = np.zeros(max(int(n), 1), np.uint8), np.empty(max(int(n), 1), np.uint8)
+        swaps = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            comm.sendrecv(send, peer, source=peer, sendtag=_TAG, recvtag=_TAG, out=recv)
+            swaps.append(time.perf_counter() - t0)
+        out[i] = np.median(swaps[1:])
+    return out if comm.rank == a else None
+
+
+def link_fit(sizes, one_way) -> LinkFit:
+    """alpha (s) and beta (s/B) from :func:`pingpong`'s or :func:`exchange`'s times; alpha clipped at 1 ns."""
+    f = fit(np.asarray(sizes, dtype=float), one_way)
+    return LinkFit(max(f.alpha, 1e-9), max(f.beta, 1e-15))

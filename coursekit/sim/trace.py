@@ -1,0 +1,35 @@
+"""Record the messages a real collective sends, for :func:`coursekit.sim.replay`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coursekit.collectives import FUNCTIONS
+from coursekit.collectives.hierarchical import hierarchical_allreduce
+from coursekit.comm import run_local
+
+from .replay import programs_from_traces
+
+__all__ = ["trace_collective"]
+
+
+def _run(comm, collective, algorithm, items, ranks_per_node):
+    x = np.ones(items, dtype=np.float32)
+    if algorithm == "hierarchical":
+        hierarchical_allreduce(comm, x, ranks_per_node=ranks_per_node, check=False)
+    else:
+        FUNCTIONS[collective](comm, x, algorithm=algorithm, check=False)
+    return list(comm.trace)
+
+
+def trace_collective(p: int, nbytes: int, algorithm: str = "ring", *,
+                     collective: str = "allreduce", ranks_per_node: int = 1) -> list[list]:
+    """Run ``collective`` for real on p ThreadComm ranks (float32, ``check=False``) and
+    return every rank's program (:func:`programs_from_traces`).
+
+    ``algorithm="hierarchical"`` runs :func:`hierarchical_allreduce` with ``ranks_per_node``.
+    """
+    if nbytes < 4 or nbytes % 4:
+        raise ValueError(f"nbytes must be a positive multiple of 4 (float32), got {nbytes!r}")
+    traces = run_local(_run, p, collective, algorithm, nbytes // 4, ranks_per_node)
+    return programs_from_traces(traces)

@@ -1,0 +1,81 @@
+"""Preflight against a real local cluster: what passes, what fails, and the fix-it lines.
+
+Not checked here: engines on several hosts and real GPUs (this machine has neither); the
+GPU check is exercised by asking for GPUs the local engines do not have.
+"""
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from coursekit import cluster
+from coursekit.preflight import engine_facts, run_preflight
+
+
+@pytest.fixture(scope="module")
+def local():
+    c = cluster.start(2)
+    yield c
+    c.stop()
+
+
+def _client_file(ipython_dir):
+    files = glob.glob(os.path.join(ipython_dir, "profile_default", "security",
+                                   "ipcontroller-*-client.json"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def test_local_cluster_passes(local):
+    report = run_preflight(local)
+    assert report.ok, report.text()
+    assert report.engines == 2 and sum(report.hosts.values()) == 2
+    assert report.backend == "zmq"
+    alpha, beta = report.links["intra-host"]
+    assert 0 < alpha < 0.1 and 0 < beta < 1e-6  # 10 ns/B = 0.1 GB/s would be absurdly slow
+    assert "preflight passed" in report.text()
+
+
+def test_requirements_this_cluster_cannot_meet(local):
+    report = run_preflight(local, gpus_per_engine=1, mpi=True, nodes=2)
+    failed = {c.name: c for c in report.checks if not c.ok}
+    assert set(failed) == {"controller", "nodes", "gpus", "mpi"}
+    assert "controller_ip = '*'" in failed["controller"].fix
+    assert "CUDA_VISIBLE_DEVICES" in failed["gpus"].fix
+    assert "mpiexec" in failed["mpi"].fix
+    assert "preflight FAILED" in report.text() and "fix:" in report.text()
+
+
+def test_gpu_count_follows_cuda_visible_devices(monkeypatch, tmp_path):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nfor i in 0 1 2 3; do echo \"GPU $i: Tesla P40 (UUID: x$i)\"; done\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert engine_facts()["gpus"] == 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert engine_facts()["gpus"] == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert engine_facts()["gpus"] == 0
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "coursekit.preflight", *args],
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, COURSEKIT_CLUSTER=""))
+
+
+def test_cli(local, ipython_dir):
+    spec = _client_file(ipython_dir)
+    ok = _cli("--cluster", spec)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "engines: 2" in ok.stdout and "Comm backend: zmq" in ok.stdout
+    bad = _cli("--cluster", spec, "--gpus-per-engine", "1")
+    assert bad.returncode == 1 and "fix:" in bad.stdout
+    none = _cli()
+    assert none.returncode == 2 and "COURSEKIT_CLUSTER" in none.stderr
+    missing = _cli("--cluster", "/nonexistent/ipcontroller-client.json")
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
