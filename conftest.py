@@ -24,6 +24,11 @@ os.environ.pop("COURSEKIT_CLUSTER", None)  # tests start their own clusters
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiet debugpy in kernels
 
 
+# numba's CUDA simulator must be on before numba.cuda is imported: tests/test_nn_cuda.py
+# runs these tests in their own process with NUMBA_ENABLE_CUDASIM=1.
+collect_ignore = [] if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else ["tests/test_nn_cuda_sim.py"]
+
+
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 

@@ -71,6 +71,8 @@ class EngineInfo:
     mpi: bool
     host: str
     pid: int
+    local_rank: int  # rank among the engines on this host: picks this engine's GPU
+    local_size: int
 
 
 _this_engine: EngineInfo | None = None
@@ -86,10 +88,12 @@ def this_engine() -> EngineInfo:
     return _this_engine
 
 
-def _register_engine(rank: int, size: int, mpi: bool) -> EngineInfo:
+def _register_engine(rank: int, size: int, mpi: bool, local_rank: int, local_size: int) -> EngineInfo:
     """Runs on each engine once: store its rank and size (module + namespace)."""
     global _this_engine
-    _this_engine = EngineInfo(rank, size, mpi, socket.gethostname(), os.getpid())
+    _this_engine = EngineInfo(
+        rank, size, mpi, socket.gethostname(), os.getpid(), local_rank, local_size
+    )
     try:  # make `rank` and `size` available to %px cells
         from IPython import get_ipython
 
@@ -101,14 +105,15 @@ def _register_engine(rank: int, size: int, mpi: bool) -> EngineInfo:
     return _this_engine
 
 
-def _mpi_rank_or_none():
-    """Runs on each engine: its MPI rank if it is one of several MPI processes."""
+def _probe_engine() -> tuple[int | None, str]:
+    """Runs on each engine: (its MPI rank if it is one of several MPI processes, its host)."""
+    host = socket.gethostname()
     try:
         from mpi4py import MPI
     except ImportError:
-        return None
+        return None, host
     world = MPI.COMM_WORLD
-    return world.Get_rank() if world.Get_size() > 1 else None
+    return (world.Get_rank() if world.Get_size() > 1 else None), host
 
 
 class CourseCluster:
@@ -124,24 +129,30 @@ class CourseCluster:
         self.ipp_cluster = ipp_cluster
         self.timeout = timeout
         self._stopped = False
-        self.engine_ids, self.mpi = self._assign_ranks()
+        self.engine_ids, self.mpi, hosts = self._assign_ranks()
         self.size = len(self.engine_ids)
         self.view = client.direct_view(targets=self.engine_ids)
         self.view.block = False
         for rank, engine_id in enumerate(self.engine_ids):
-            client[engine_id].apply_sync(_register_engine, rank, self.size, self.mpi)
+            same_host = [r for r, h in enumerate(hosts) if h == hosts[rank]]
+            client[engine_id].apply_sync(
+                _register_engine, rank, self.size, self.mpi, same_host.index(rank), len(same_host)
+            )
 
     @property
     def owned(self) -> bool:
         """True if this process started the cluster (and :meth:`stop` ends it)."""
         return self.ipp_cluster is not None
 
-    def _assign_ranks(self) -> tuple[list[int], bool]:
+    def _assign_ranks(self) -> tuple[list[int], bool, list[str]]:
+        """Engine ids in rank order (MPI rank order for MPI engines), and their hosts."""
         ids = sorted(self.client.ids)
-        mpi_ranks = self.client.direct_view(targets=ids).apply_sync(_mpi_rank_or_none)
-        if all(r is not None for r in mpi_ranks) and sorted(mpi_ranks) == list(range(len(ids))):
-            return [eid for _, eid in sorted(zip(mpi_ranks, ids))], True
-        return ids, False
+        mpi_ranks, hosts = zip(*self.client.direct_view(targets=ids).apply_sync(_probe_engine))
+        host_of = dict(zip(ids, hosts))
+        mpi = all(r is not None for r in mpi_ranks) and sorted(mpi_ranks) == list(range(len(ids)))
+        if mpi:
+            ids = [eid for _, eid in sorted(zip(mpi_ranks, ids))]
+        return list(ids), mpi, [host_of[eid] for eid in ids]
 
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
         """Run ``fn(*args, **kwargs)`` on every engine; return the results in rank order.

@@ -58,3 +58,18 @@ def test_single_layer_on_the_gpu_matches_reference():
     dW, db, want_prev = reference.layer_backward(layer.W, a_prev, a, grad_a, "sigmoid")
     np.testing.assert_allclose(g, np.concatenate([dW.ravel(), db]), rtol=1e-12)
     np.testing.assert_allclose(g_prev, want_prev, rtol=1e-12)
+
+
+def test_an_engine_binds_the_gpu_of_its_local_rank(monkeypatch):
+    from numba import cuda
+
+    from coursekit import cluster
+
+    kernels_cuda.bind_engine_gpu.cache_clear()
+    assert kernels_cuda.bind_engine_gpu() is None  # not on an engine: nothing is bound
+    kernels_cuda.bind_engine_gpu.cache_clear()
+    engine = cluster.EngineInfo(rank=5, size=8, mpi=False, host="h", pid=1, local_rank=3, local_size=4)
+    monkeypatch.setattr(cluster, "_this_engine", engine)
+    assert MLP([3, 2], device="cuda").device == "cuda"
+    assert kernels_cuda.bind_engine_gpu() == 3 % len(cuda.gpus)
+    kernels_cuda.bind_engine_gpu.cache_clear()

@@ -56,6 +56,22 @@ def select_gpu(local_rank: int) -> int:
     return gpu
 
 
+@functools.lru_cache(maxsize=None)
+def bind_engine_gpu() -> int | None:
+    """On a coursekit cluster engine, use the GPU of its local rank (once); elsewhere None.
+
+    Engines on one host get local ranks 0, 1, ... so engine i drives GPU i % n_gpus,
+    like ``CUDA_VISIBLE_DEVICES=$LOCAL_RANK`` in a launcher script.
+    """
+    from coursekit.cluster import this_engine
+
+    try:
+        local_rank = this_engine().local_rank
+    except RuntimeError:  # not on an engine
+        return None
+    return select_gpu(local_rank)
+
+
 class _Kernels(NamedTuple):
     matmul: object
     bias_act: object

@@ -31,7 +31,10 @@ _EMPTY = {dt: np.empty((0, 0), dtype=dt) for dt in DTYPES}
 
 
 def resolve_device(device: str) -> str:
-    """"cpu", or "cuda" when asked for (and present); "auto" picks "cuda" when a GPU is usable."""
+    """"cpu", or "cuda" when asked for (and present); "auto" picks "cuda" when a GPU is usable.
+
+    On a cluster engine the first GPU use binds the GPU of the engine's local rank.
+    """
     if device not in DEVICES:
         raise ValueError(f"device={device!r} is not supported; allowed: {', '.join(DEVICES)}")
     if device == "cpu":
@@ -39,6 +42,9 @@ def resolve_device(device: str) -> str:
     from numba import cuda  # imported only when a GPU is asked for: it is slow to import
 
     if cuda.is_available():
+        from coursekit.nn.kernels_cuda import bind_engine_gpu
+
+        bind_engine_gpu()
         return "cuda"
     if device == "auto":
         return "cpu"
