@@ -52,6 +52,7 @@ def test_ranks_sizes_and_single_threaded_engines(three):
     infos = three.run(cluster.this_engine)
     assert [(i.rank, i.size, i.mpi) for i in infos] == [(r, 3, False) for r in range(3)]
     assert len({i.pid for i in infos}) == 3
+    assert [(i.local_rank, i.local_size) for i in infos] == [(r, 3) for r in range(3)]  # one host
 
 
 def test_rank_names_in_engine_namespace(three):

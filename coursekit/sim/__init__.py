@@ -7,15 +7,18 @@
 * :func:`simulate_step` - one data-parallel training step: backward pass, tensor-fusion
   buckets, overlap, stragglers (:mod:`.step`), and :func:`scaling` over worker counts;
 * :mod:`.resnet50` - the ResNet-50 on 1024 GPUs case study (Jia et al. 2018);
-* :mod:`.calibrate`, :mod:`.validate` - alpha/beta from the live cluster, simulated vs measured.
+* :mod:`.calibrate`, :mod:`.validate` - alpha/beta from the live cluster, simulated vs measured;
+* :func:`replay_schedule` - chapter 5's pipeline schedules on the two-level network.
 """
 
 from .allreduce_time import ALGORITHMS, allreduce_time
 from .network import Network
+from .pipeline_replay import PipelineReplay, programs_from_schedule, replay_schedule
 from .replay import Compute, Deadlock, Recv, Replay, Send, programs_from_traces, replay
 from .step import StepResult, Stragglers, Workload, buckets, scaling, simulate_step
 from .trace import trace_collective
 
-__all__ = ["ALGORITHMS", "Compute", "Deadlock", "Network", "Recv", "Replay", "Send",
-           "StepResult", "Stragglers", "Workload", "allreduce_time", "buckets",
-           "programs_from_traces", "replay", "scaling", "simulate_step", "trace_collective"]
+__all__ = ["ALGORITHMS", "Compute", "Deadlock", "Network", "PipelineReplay", "Recv", "Replay",
+           "Send", "StepResult", "Stragglers", "Workload", "allreduce_time", "buckets",
+           "programs_from_schedule", "programs_from_traces", "replay", "replay_schedule",
+           "scaling", "simulate_step", "trace_collective"]

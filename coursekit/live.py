@@ -1,0 +1,199 @@
+"""Live progress from the workers to the notebook while a run is still going.
+
+Two halves, used by every chapter that trains on engines:
+
+**Worker side** (code running on an engine, or on a ``run_local`` rank)::
+
+    from coursekit import live
+    reporter = live.Reporter(interval=0.2)       # publishes at most 5 times per second
+    for step in range(steps):
+        ...
+        reporter.log(step=step + 1, total=steps, loss=loss, spans=last_step_spans)
+    reporter.close()                             # the final values always go out
+
+``log`` appends numbers to series (``loss`` above becomes a list of every step's loss)
+and keeps the latest value of everything else (``step``, ``spans``); it publishes the
+whole record, with a sequence number ``seq``, when ``interval`` seconds have passed
+since the last publication.
+:func:`publish` sends one dict right away. On an ipyparallel engine both go through
+``ipyparallel.datapub.publish_data`` (the engine's IOPub channel; the client merges each
+dict into ``AsyncResult.data``); on a rank started by :func:`start_local` they go to
+that run's ``data``; anywhere else they are dropped, so worker code needs no switch.
+
+**Notebook side**::
+
+    ar = cluster.view.apply_async(worker_fn, ...)          # or live.start_local(fn, n, ...)
+    result = live.follow(ar, on_update=redraw, total=steps)
+
+:func:`follow` polls ``ar.data`` every ``interval`` seconds, calls ``on_update(data)``
+(``data`` is one dict per rank) when something new arrived, drives a tqdm progress bar
+from the smallest ``step`` over the ranks, and returns ``ar.get()``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tqdm.auto import tqdm
+
+__all__ = ["LocalRun", "Reporter", "follow", "publish", "start_local"]
+
+_local = threading.local()  # .sink: callable(dict) on a start_local rank
+
+
+def publish(**fields) -> None:
+    """Send ``fields`` to the notebook now (merged into this rank's ``data`` there)."""
+    sink = getattr(_local, "sink", None)
+    if sink is not None:
+        sink(fields)
+    elif _on_engine():
+        from ipyparallel.datapub import publish_data
+
+        publish_data(fields)
+
+
+def _on_engine() -> bool:
+    from coursekit.cluster import this_engine
+
+    try:
+        this_engine()
+    except RuntimeError:
+        return False
+    return threading.current_thread() is threading.main_thread()
+
+
+class Reporter:
+    """Accumulate a worker's progress and publish it at most every ``interval`` seconds.
+
+    Numbers passed to :meth:`log` under a name in ``series`` are appended to a list (the
+    full curve goes out each time, so a notebook that polls slowly misses no point);
+    anything else is replaced by its latest value.
+    """
+
+    def __init__(self, interval: float = 0.2, series=("loss",)):
+        if not interval >= 0:
+            raise ValueError(f"interval must be >= 0 seconds, got {interval!r}")
+        self.interval = float(interval)
+        self.series = tuple(series)
+        self.record: dict = {name: [] for name in self.series}
+        self._last = float("-inf")
+        self._seq = 0
+
+    def log(self, **fields) -> None:
+        for name, value in fields.items():
+            if name in self.series:
+                self.record[name].append(value)
+            else:
+                self.record[name] = value
+        if time.monotonic() - self._last >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Publish the record now."""
+        self._last = time.monotonic()
+        self._seq += 1
+        publish(seq=self._seq,
+                **{k: list(v) if k in self.series else v for k, v in self.record.items()})
+
+    def close(self) -> None:
+        self.flush()
+
+
+class LocalRun:
+    """``run_local`` on a background thread, with the handle ``follow`` expects.
+
+    ``data`` holds one dict per rank (what the ranks published); ``ready()``, ``wait``
+    and ``get`` behave like ipyparallel's AsyncResult.
+    """
+
+    def __init__(self, fn, n: int, *args, timeout: float = 30.0, **kwargs):
+        from coursekit.comm import run_local
+
+        self.data: list[dict] = [{} for _ in range(n)]
+        self._result = self._error = None
+
+        def rank_body(comm, *a, **kw):
+            _local.sink = self.data[comm.rank].update
+            try:
+                return fn(comm, *a, **kw)
+            finally:
+                _local.sink = None
+
+        def main():
+            try:
+                self._result = run_local(rank_body, n, *args, timeout=timeout, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by get()
+                self._error = exc
+
+        self._thread = threading.Thread(target=main, name="coursekit-local-run", daemon=True)
+        self._thread.start()
+
+    def ready(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return self.ready()
+
+    def get(self, timeout: float | None = None) -> list:
+        if not self.wait(timeout):
+            raise TimeoutError(f"the local run did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def start_local(fn, n: int, *args, timeout: float = 30.0, **kwargs) -> LocalRun:
+    """Start ``fn(comm, *args, **kwargs)`` on ``n`` ThreadComm ranks in the background."""
+    return LocalRun(fn, n, *args, timeout=timeout, **kwargs)
+
+
+def _snapshot(result) -> list[dict]:
+    data = result.data
+    if isinstance(data, dict):  # an AsyncResult of one engine
+        data = [data]
+    return [dict(d) for d in data]
+
+
+def _signature(data: list[dict]) -> list:
+    """What tells one poll from the next without comparing (possibly array) values."""
+    return [(d.get("seq"), d.get("step"), tuple(sorted(d))) for d in data]
+
+
+def _min_step(data: list[dict]) -> int:
+    return min((int(d.get("step", 0)) for d in data), default=0)
+
+
+def follow(result, on_update=None, *, interval: float = 0.2, total: int | None = None,
+           desc: str = "steps", progress: bool = True, timeout: float | None = None):
+    """Poll ``result.data`` until ``result`` is done; return ``result.get()``.
+
+    ``on_update(data)`` runs in this thread whenever the published data changed (and once
+    at the end), with ``data`` a list of one dict per rank. The progress bar shows the
+    smallest ``step`` any rank published, out of ``total`` (or the ranks' ``total``).
+    ``timeout``: give up (TimeoutError) after that many seconds.
+    """
+    if not interval > 0:
+        raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    bar = tqdm(total=total, desc=desc, disable=not progress, leave=False)
+    seen = None
+    try:
+        while True:
+            done = result.wait(interval)
+            data = _snapshot(result)
+            if _signature(data) != seen:
+                seen = _signature(data)
+                if bar.total is None and data and data[0].get("total"):
+                    bar.total = int(data[0]["total"])
+                bar.update(_min_step(data) - bar.n)
+                if on_update is not None:
+                    on_update(data)
+            if done:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the run did not finish within {timeout} s")
+    finally:
+        bar.close()
+    return result.get()

@@ -1,0 +1,267 @@
+"""Synchronous data-parallel SGD: every worker holds the whole model and a slice of each batch.
+
+Step t on worker k of N (the lecture's "Data parallel synchronous SGD"):
+
+1. read its n_k rows of the global batch of B = sum_k n_k rows (:mod:`.sampler`);
+2. forward + backward on them: the local mean gradient g_k;
+3. combine: g = sum_k (n_k / B) g_k, which IS the gradient of the serial batch of B rows
+   (allreduce, parameter server or parameter averaging: :mod:`.exchange`);
+4. update: w <- w - eta_t g, with eta_t from the learning-rate rule (:mod:`.lr_rules`).
+
+So N workers with n examples each train exactly like one worker with batch n * N: the
+tests check that sync allreduce training on 1, 2, 3, 4 ranks gives the parameters of
+:func:`coursekit.nn.train` on the concatenated batches (float64, tight tolerance). Synchronous
+means every step waits for the slowest worker (:mod:`.spans` injects a straggler), and a
+worker that dies stops the run: the others time out waiting for it, and
+:func:`train_cluster` names it. :mod:`.checkpoint` saves every k steps; ``resume=True``
+continues from the newest complete checkpoint and gives the uninterrupted run's parameters.
+
+Run it on ThreadComm ranks with :func:`train_local` or on engines with
+:func:`train_cluster`; both return a :class:`DPResult`. Set ``config.bucket_mb`` to
+overlap the gradient allreduce with the backward pass (:mod:`.buckets`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+
+import numpy as np
+
+from coursekit import live
+from coursekit.comm import run_local
+from coursekit.comm.trace import now
+from coursekit.datafile import as_source
+from coursekit.nn import reference
+from coursekit.nn.mlp import MLP
+from coursekit.nn.optim import Momentum, make_optimizer
+
+from . import checkpoint
+from .dp_config import DPConfig
+from .dp_results import DPResult, RankResult, combine
+from .exchange import Exchange
+from .lr_rules import LRSchedule
+from .sampler import Sampler
+from .spans import COMPUTE_KINDS, SpanRecorder, step_totals
+
+__all__ = ["DPConfig", "DPResult", "RankResult", "WorkerCrashed", "WorkerLost",
+           "train_cluster", "train_local", "train_worker"]
+
+
+class WorkerCrashed(RuntimeError):
+    """The injected fault: a worker dies (raised on in-process ranks; engines exit)."""
+
+
+class WorkerLost(RuntimeError):
+    """Synchronous training stopped because a worker failed; ``ranks`` names it (them)."""
+
+    def __init__(self, message: str, ranks: list[int]):
+        super().__init__(message)
+        self.ranks = ranks
+
+
+def _crash(rank: int, step: int) -> None:
+    from coursekit.cluster import this_engine
+
+    try:
+        this_engine()
+    except RuntimeError:  # a thread in this process: raise instead of killing the process
+        raise WorkerCrashed(f"worker rank {rank} crashed at step {step} (injected fault)") from None
+    os._exit(1)  # an engine process dies for real, like a node that fails
+
+
+def _local_gradient(mlp, X, y, grad, exchange, rec) -> float:
+    """Mean loss of (X, y); its gradient into ``grad``.
+
+    Without overlap: one fused Numba call. With overlap: layer by layer in NumPy
+    (:mod:`coursekit.nn.reference`), launching every bucket the moment its last layer's
+    gradient exists. NumPy's matrix products release the GIL, so the reducer thread
+    communicates while the earlier layers compute (the Numba kernels hold the GIL).
+    """
+    if not exchange.overlapping:
+        with rec.compute("compute"):
+            loss, _ = mlp.loss_and_grad(X, y, out=grad, validate=False)
+        return loss
+    with rec.compute("forward"):
+        acts = reference.forward(mlp.params, mlp.sizes, mlp.activation, X)
+        loss_fn = reference.softmax_xent if mlp.loss == "softmax_xent" else reference.mse
+        loss, g = loss_fn(acts[-1], y)
+    for layer in reversed(mlp.layers):
+        with rec.compute("backward"):
+            dW, db, g = reference.layer_backward(layer.W, acts[layer.index],
+                                                 acts[layer.index + 1], g, layer.activation)
+            grad[layer.span] = np.concatenate([dW.ravel(), db])
+        exchange.layer_done(layer.index)
+    return loss
+
+
+def _no_rows(mlp, grad, exchange) -> float:
+    """A worker without rows in a short last batch contributes zeros (its weight is 0)."""
+    grad[...] = 0
+    for layer in reversed(mlp.layers):
+        exchange.layer_done(layer.index)
+    return float("nan")
+
+
+def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool = False) -> RankResult:
+    """Run the whole training on this rank (every rank of ``comm`` calls it).
+
+    ``data``: a row source of :mod:`coursekit.datafile` (each worker reads only its rows),
+    an ``(X, y)`` pair or a packed file's path. ``eval_data``: ``(X_test, y_test)`` for the
+    test accuracy on rank 0. ``resume``: start from the newest complete checkpoint.
+    """
+    cfg = config
+    n, rank = cfg.check_workers(comm.size), comm.rank
+    source = as_source(data)
+    mlp = MLP(cfg.sizes, cfg.activation, cfg.loss, dtype=cfg.dtype, seed=cfg.seed)
+    opt = make_optimizer(mlp.params, cfg.lr, cfg.momentum)
+    schedule = LRSchedule(cfg.lr, cfg.lr_rule, n, cfg.warmup_steps)
+    sampler = Sampler(len(source), cfg.batch_size, cfg.seed)
+    total, start = cfg.total_steps(len(source)), 0
+    if resume:
+        start = _restore(cfg, rank, n, mlp, opt, sampler)
+    rec = SpanRecorder(rank, cfg.slow_factor if rank == cfg.straggler_rank else 1.0)
+    reporter = live.Reporter(cfg.publish_interval, series=("loss", "weight", "step_s"))
+    grad = np.empty_like(mlp.params)
+    steps = max(total - start, 0)
+    loss, weight, lr, step_s, compute_s, io_s = (np.full(steps, np.nan) for _ in range(6))
+    window = max(start, total - cfg.timeline_steps)
+    kept_spans: deque = deque()
+    evals: list[tuple[int, float]] = []
+    was_tracing, mark = comm.tracing, len(comm.trace)
+    exchange = Exchange(comm, cfg, mlp, opt, rec)
+    try:
+        for i, step in enumerate(range(start, total)):
+            if rank == cfg.crash_rank and step == cfg.crash_step:
+                _crash(rank, step)
+            if step == window:
+                comm.tracing, mark = True, len(comm.trace)
+            t0 = now()
+            rows, weight[i] = sampler.local(step, rank, n)
+            X, y = source.rows(rows)
+            t1 = now()
+            lr[i] = opt.lr = schedule(step)
+            exchange.begin(grad, weight[i])
+            if len(rows):
+                X, y = mlp.check_batch(X, y)
+                loss[i] = _local_gradient(mlp, X, y, grad, exchange, rec)
+            else:
+                loss[i] = _no_rows(mlp, grad, exchange)
+            exchange.update(step, grad, weight[i], last=step == total - 1)
+            spans = rec.take()
+            io_s[i], step_s[i] = t1 - t0, now() - t1
+            compute_s[i] = step_totals(spans, COMPUTE_KINDS)
+            if step >= window:
+                kept_spans.extend(spans)
+            if rank == 0 and eval_data is not None and (
+                    step == total - 1 or (cfg.eval_every and (step + 1) % cfg.eval_every == 0)):
+                evals.append((step + 1, mlp.accuracy(*eval_data)))
+            if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+                _save(cfg, rank, n, step + 1, mlp, opt, sampler)
+            reporter.log(step=step + 1, total=total, loss=float(loss[i]), weight=float(weight[i]),
+                         step_s=float(step_s[i]), spans=spans, evals=list(evals))
+    finally:
+        exchange.close()
+        reporter.close()
+        trace = list(comm.trace[mark:]) if comm.tracing else []
+        if not was_tracing:
+            del comm.trace[mark:]
+        comm.tracing = was_tracing
+    ev = np.array(evals, dtype=float).reshape(-1, 2)
+    return RankResult(rank, start, mlp.params.copy(), loss, weight, lr, step_s, compute_s, io_s,
+                      list(kept_spans), trace, ev[:, 0].astype(int), ev[:, 1])
+
+
+def _velocity(opt) -> np.ndarray:
+    return opt.velocity if isinstance(opt, Momentum) else np.empty(0, opt.params.dtype)
+
+
+def _save(cfg, rank, n, step, mlp, opt, sampler) -> None:
+    rng_state, permutation, _ = sampler.state()
+    checkpoint.save(cfg.checkpoint_dir, rank, checkpoint.Checkpoint(
+        step, mlp.params.copy(), _velocity(opt).copy(), rng_state, permutation, n,
+        cfg.fingerprint(n)))
+
+
+def _restore(cfg, rank, n, mlp, opt, sampler) -> int:
+    if not cfg.checkpoint_dir:
+        raise ValueError("resume=True needs config.checkpoint_dir (where the checkpoints are)")
+    ckpt = checkpoint.load(cfg.checkpoint_dir, rank, n, cfg.fingerprint(n))
+    mlp.params[...] = ckpt.params
+    _velocity(opt)[...] = ckpt.velocity
+    sampler.restore(ckpt.rng_state, ckpt.permutation, (ckpt.step - 1) // sampler.steps_per_epoch)
+    return ckpt.step
+
+
+def train_local(config: DPConfig, data, n_workers: int, eval_data=None, *, resume: bool = False,
+                timeout: float = 30.0, on_update=None, progress: bool = False) -> DPResult:
+    """Train on ``n_workers`` ThreadComm ranks in this process (tests, exercises, quick demos).
+
+    ``on_update(data)`` / ``progress``: follow the run live (:func:`coursekit.live.follow`).
+    A failing worker raises its own error, prefixed with its rank.
+    """
+    n = config.check_workers(n_workers)
+    if on_update is None and not progress:
+        results = run_local(train_worker, n, config, data, eval_data, resume=resume,
+                            timeout=timeout)
+    else:
+        run = live.start_local(train_worker, n, config, data, eval_data, resume=resume,
+                               timeout=timeout)
+        results = live.follow(run, on_update, progress=progress, interval=config.publish_interval
+                              or 0.1)
+    return combine(config, results)
+
+
+def _engine_train(config, data, eval_data, n_workers, resume):
+    """Engine side of :func:`train_cluster`: ranks >= n_workers sit this run out."""
+    from coursekit.comm import engine_comm
+
+    from .groups import first_ranks
+
+    comm = first_ranks(engine_comm(), n_workers)
+    return None if comm is None else train_worker(comm, config, data, eval_data, resume=resume)
+
+
+def train_cluster(cluster, config: DPConfig, data, eval_data=None, *, workers: int | None = None,
+                  resume: bool = False, timeout: float = 120.0, on_update=None,
+                  progress: bool = False) -> DPResult:
+    """Train on the engines of ``cluster`` (after ``setup_comm(cluster)``): the first
+    ``workers`` of them (default all). ``data`` should be a :class:`~coursekit.datafile.PackedFile`
+    (each engine maps it) or a small ``(X, y)`` pair (shipped to every engine).
+
+    Raises :class:`WorkerLost` naming the worker(s) that failed when a run breaks.
+    """
+    import ipyparallel as ipp
+
+    n = config.check_workers(cluster.size if workers is None else workers)
+    if n > cluster.size:
+        raise ValueError(f"workers={n} but the cluster has {cluster.size} engines")
+    ar = cluster.view.apply_async(_engine_train, config, data, eval_data, n, resume)
+    try:
+        results = live.follow(ar, on_update, progress=progress, timeout=timeout,
+                              interval=config.publish_interval or 0.1)
+    except (ipp.error.CompositeError, ipp.error.RemoteError):
+        raise _lost(ar.get(return_exceptions=True)) from None
+    except BaseException:
+        cluster.interrupt()
+        raise
+    return combine(config, results[:n])
+
+
+def _lost(outcomes: list) -> WorkerLost:
+    """Name the worker(s) whose failure stopped the run, not the ones that merely timed out.
+
+    ``outcomes``: one result or exception per engine, in rank order.
+    """
+    lines, causes = [], []
+    for rank, outcome in enumerate(outcomes):
+        if not isinstance(outcome, BaseException):
+            continue
+        ename = getattr(outcome, "ename", type(outcome).__name__)
+        lines.append(f"rank {rank}: {ename}: {getattr(outcome, 'evalue', outcome)}")
+        if ename not in ("CommTimeout", "CommError"):
+            causes.append(rank)
+    who = ", ".join(f"rank {r}" for r in causes) if causes else "(none named)"
+    return WorkerLost(f"synchronous training stopped: worker {who} failed; the others could not "
+                      "finish their step without it and stopped at their comm timeout.\n  "
+                      + "\n  ".join(lines), causes)

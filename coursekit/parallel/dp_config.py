@@ -1,0 +1,160 @@
+"""The settings of one synchronous data-parallel run, checked before anything starts.
+
+One frozen dataclass travels from the notebook to every engine, so all workers agree on
+every setting. Each field is checked here with an error that says what is allowed; the
+checks that need the number of workers N are in :meth:`DPConfig.check_workers`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from coursekit.collectives import ALGORITHMS
+from coursekit.nn.layout import check_sizes
+from coursekit.nn.mlp import LOSSES
+
+from .lr_rules import check_rule
+
+__all__ = ["EXCHANGES", "DPConfig"]
+
+EXCHANGES = ("allreduce", "ps", "average")
+"""allreduce: sum the gradients with an allreduce; ps: reduce them to a parameter server
+(rank 0), which steps and broadcasts the parameters; average: local SGD, every worker
+steps on its own gradient and the parameters are averaged every ``average_every`` steps."""
+
+
+def _int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def _real(value, name: str, minimum: float, strict: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        raise ValueError(f"{name}={value!r}: must be {'>' if strict else '>='} {minimum:g}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """Synchronous data-parallel SGD on an MLP (see :mod:`coursekit.parallel.data_parallel`).
+
+    Model: ``sizes``, ``activation``, ``loss``, ``dtype``; initial weights from ``seed``.
+    Data: ``batch_size`` is the GLOBAL batch B = n * N, split over the N workers; the rows
+    are shuffled every epoch exactly like :func:`coursekit.nn.train` with the same seed.
+    ``epochs`` full passes, or ``max_steps`` steps if given (whichever ends first).
+    Optimizer: ``lr`` (tuned for one worker), scaled by ``lr_rule`` with N
+    (:mod:`.lr_rules`; ``warmup_steps`` for "linear_warmup"), ``momentum``.
+    Exchange: ``exchange`` in :data:`EXCHANGES`; ``algorithm`` for allreduce (any of
+    chapter 2's); ``average_every`` = k for local SGD; ``bucket_mb`` splits the gradient
+    into buckets (allreduce only; None = one piece) that are reduced while the backward
+    pass still runs when ``overlap``.
+    Faults: ``straggler_rank`` computes ``slow_factor`` times slower; ``crash_rank``
+    dies at the start of step ``crash_step``.
+    Checkpoints: every ``checkpoint_every`` steps into ``checkpoint_dir``.
+    Reporting: test accuracy every ``eval_every`` steps (0: at the end only), spans and
+    messages of the last ``timeline_steps`` steps, live updates every ``publish_interval`` s.
+    """
+
+    sizes: tuple = (64, 32, 10)
+    activation: str = "relu"
+    loss: str = "softmax_xent"
+    dtype: str = "float32"
+    seed: int = 0
+    batch_size: int = 64
+    epochs: int = 1
+    max_steps: int | None = None
+    lr: float = 0.05
+    lr_rule: str = "constant"
+    warmup_steps: int = 0
+    momentum: float = 0.0
+    exchange: str = "allreduce"
+    algorithm: str = "ring"
+    average_every: int = 1
+    bucket_mb: float | None = None
+    overlap: bool = True
+    straggler_rank: int | None = None
+    slow_factor: float = 1.0
+    crash_rank: int | None = None
+    crash_step: int | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    eval_every: int = 0
+    timeline_steps: int = 3
+    publish_interval: float = 0.2
+
+    def __post_init__(self):
+        object.__setattr__(self, "sizes", check_sizes(self.sizes))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype).name)
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be float32 or float64; got {self.dtype!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss={self.loss!r} is not supported; allowed: {', '.join(LOSSES)}")
+        _int(self.batch_size, "batch_size (the global batch, split over the workers)", 1)
+        _int(self.epochs, "epochs", 1)
+        if self.max_steps is not None:
+            _int(self.max_steps, "max_steps", 1)
+        _real(self.lr, "lr", 0.0, strict=True)
+        check_rule(self.lr_rule)
+        _int(self.warmup_steps, "warmup_steps", 0)
+        _real(self.momentum, "momentum", 0.0, strict=False)
+        if self.momentum >= 1:
+            raise ValueError(f"momentum={self.momentum!r}: must be in [0, 1)")
+        if self.exchange not in EXCHANGES:
+            raise ValueError(f"unknown exchange {self.exchange!r}; allowed: {', '.join(EXCHANGES)}")
+        if self.algorithm not in ALGORITHMS["allreduce"]:
+            raise ValueError(f"unknown allreduce algorithm {self.algorithm!r}; allowed: "
+                             f"{', '.join(ALGORITHMS['allreduce'])}")
+        _int(self.average_every, "average_every", 1)
+        if self.bucket_mb is not None:
+            _real(self.bucket_mb, "bucket_mb (MB per gradient bucket; None = one piece)",
+                  0.0, strict=True)
+            if self.exchange != "allreduce":
+                raise ValueError(f"bucket_mb applies to exchange='allreduce' only (got "
+                                 f"exchange={self.exchange!r}); use bucket_mb=None")
+        _real(self.slow_factor, "slow_factor", 1.0, strict=False)
+        if (self.crash_rank is None) != (self.crash_step is None):
+            raise ValueError("give both crash_rank and crash_step, or neither")
+        if self.crash_step is not None:
+            _int(self.crash_step, "crash_step", 0)
+        _int(self.checkpoint_every, "checkpoint_every", 0)
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
+        _int(self.eval_every, "eval_every", 0)
+        _int(self.timeline_steps, "timeline_steps", 0)
+        _real(self.publish_interval, "publish_interval", 0.0, strict=False)
+
+    def check_workers(self, n_workers) -> int:
+        """N itself; ValueError when this run cannot use N workers."""
+        if isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral) \
+                or n_workers < 1:
+            raise ValueError(f"the number of workers must be a positive integer; got "
+                             f"{n_workers!r}")
+        if self.batch_size < n_workers:
+            raise ValueError(f"batch_size={self.batch_size} is smaller than the number of "
+                             f"workers ({n_workers}): every worker needs at least one example "
+                             f"per step; use batch_size >= {n_workers} or fewer workers")
+        for name in ("straggler_rank", "crash_rank"):
+            rank = getattr(self, name)
+            if rank is not None and not (isinstance(rank, numbers.Integral)
+                                         and 0 <= rank < n_workers):
+                raise ValueError(f"{name}={rank!r} is not a worker: allowed 0..{n_workers - 1}")
+        return int(n_workers)
+
+    def total_steps(self, n_rows: int) -> int:
+        """Steps of the run: epochs * ceil(n_rows / B), capped at max_steps."""
+        steps = self.epochs * -(-n_rows // self.batch_size)
+        return steps if self.max_steps is None else min(steps, self.max_steps)
+
+    def fingerprint(self, n_workers: int) -> str:
+        """The settings a checkpoint must agree with to be resumed (faults may change)."""
+        keep = {k: v for k, v in asdict(self).items()
+                if k in ("sizes", "activation", "loss", "dtype", "seed", "batch_size", "lr",
+                         "lr_rule", "warmup_steps", "momentum", "exchange", "average_every")}
+        return f"workers={n_workers} " + " ".join(f"{k}={v}" for k, v in keep.items())

@@ -1,0 +1,179 @@
+"""Chapter 3's experiments as pure functions: settings in, arrays out.
+
+Each takes ``run(config, n_workers) -> DPResult``: ``train_local`` on ThreadComm ranks
+(:func:`local_runner`) or ``train_cluster`` on engines (:func:`cluster_runner`), so the
+notebook, the widget panel, the benchmark and the tests share them.
+
+* :func:`sweep_exchange` - parameter server vs allreduce as workers grow: time per step,
+  exposed communication and bytes through the busiest rank, measured and predicted.
+* :func:`lr_rule_grid` - the batch grows with the workers (n per worker fixed): final test
+  accuracy for every learning-rate rule.
+* :func:`straggler_sweep` - one worker slower by a factor: everybody's step time.
+* :func:`scaling` - weak scaling (n per worker fixed) on 1, 2, 4 workers: step time split
+  into compute and communication, efficiency T_1 / T_N, against the cost model's
+  T_N ~ t_compute + t_comm(N).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from coursekit.nn.layout import n_params
+
+from .exchange import predict_bytes_through, predict_comm
+
+__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "cluster_runner",
+           "local_runner", "lr_rule_grid", "measure_gamma", "scaling", "straggler_sweep",
+           "sweep_exchange"]
+
+
+def local_runner(data, eval_data=None, timeout: float = 30.0):
+    """``run(config, n)`` on ThreadComm ranks in this process."""
+    from .data_parallel import train_local
+    return lambda config, n, **kw: train_local(config, data, n, eval_data, timeout=timeout, **kw)
+
+
+def cluster_runner(cluster, data, eval_data=None, timeout: float = 120.0):
+    """``run(config, n)`` on the first n engines of ``cluster`` (after ``setup_comm``)."""
+    from .data_parallel import train_cluster
+    return lambda config, n, **kw: train_cluster(cluster, config, data, eval_data, workers=n,
+                                                 timeout=timeout, **kw)
+
+
+def _gradient_bytes(config) -> int:
+    return n_params(config.sizes) * np.dtype(config.dtype).itemsize
+
+
+def measure_gamma(nbytes: int = 1 << 22, repeats: int = 5) -> float:
+    """Seconds per byte of ``a += b`` on float32 (the cost model's gamma), on this process."""
+    a = np.ones(nbytes // 4, np.float32)
+    b = np.ones_like(a)
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a += b
+        best = min(best, time.perf_counter() - t0)
+    return best / nbytes
+
+
+@dataclass(frozen=True)
+class ExchangeSweep:
+    """Per exchange mode (dict key), one value per number of workers."""
+
+    workers: np.ndarray
+    time_per_step: dict
+    comm_per_step: dict
+    busiest_bytes: dict
+    predicted_comm: dict
+    predicted_busiest_bytes: dict
+
+
+def sweep_exchange(run, config, workers, alpha: float, beta: float, gamma: float = 0.0,
+                   modes=("allreduce", "ps")) -> ExchangeSweep:
+    """Run ``config`` with every exchange in ``modes`` on each number of ``workers``."""
+    workers = np.asarray(workers, int)
+    nbytes, item = _gradient_bytes(config), np.dtype(config.dtype).itemsize
+    out = {k: {m: [] for m in modes} for k in ("t", "c", "b", "pc", "pb")}
+    for n in workers:
+        for mode in modes:
+            res = run(replace(config, exchange=mode, bucket_mb=None), int(n))
+            out["t"][mode].append(res.time_per_step)
+            out["c"][mode].append(res.comm_per_step)
+            out["b"][mode].append(res.bytes_through().max())
+            out["pc"][mode].append(predict_comm(mode, config.algorithm, int(n), nbytes, alpha,
+                                                beta, gamma, config.average_every))
+            out["pb"][mode].append(predict_bytes_through(mode, config.algorithm, int(n), nbytes,
+                                                         item, config.average_every).max())
+    arr = {k: {m: np.array(v) for m, v in d.items()} for k, d in out.items()}
+    return ExchangeSweep(workers, arr["t"], arr["c"], arr["b"], arr["pc"], arr["pb"])
+
+
+@dataclass(frozen=True)
+class LRGrid:
+    """``accuracy[i, j]``: final test accuracy with rule ``rules[i]`` on ``workers[j]``."""
+
+    rules: tuple
+    workers: np.ndarray
+    per_worker_batch: int
+    accuracy: np.ndarray
+    final_loss: np.ndarray
+
+
+def lr_rule_grid(run, config, workers, rules, per_worker_batch: int) -> LRGrid:
+    """Global batch B = n * N grows with N; ``config.lr`` is tuned for one worker's n."""
+    workers = np.asarray(workers, int)
+    acc = np.empty((len(rules), len(workers)))
+    loss = np.empty_like(acc)
+    for i, rule in enumerate(rules):
+        for j, n in enumerate(workers):
+            res = run(replace(config, lr_rule=rule, batch_size=per_worker_batch * int(n)), int(n))
+            acc[i, j] = res.test_accuracy[-1] if len(res.test_accuracy) else np.nan
+            loss[i, j] = np.mean(res.loss[-5:])
+    return LRGrid(tuple(rules), workers, per_worker_batch, acc, loss)
+
+
+@dataclass(frozen=True)
+class StragglerSweep:
+    """Step time and the straggler's / the others' compute, one value per slow factor."""
+
+    factors: np.ndarray
+    time_per_step: np.ndarray
+    straggler_compute: np.ndarray
+    others_compute: np.ndarray
+
+
+def straggler_sweep(run, config, n: int, factors, rank: int = 0) -> StragglerSweep:
+    """Make worker ``rank`` of ``n`` slower by each factor in turn."""
+    factors = np.asarray(factors, float)
+    rows = []
+    for f in factors:
+        res = run(replace(config, straggler_rank=rank, slow_factor=float(f)), n)
+        others = np.delete(res.compute_s, rank, axis=0) if n > 1 else res.compute_s
+        rows.append((res.time_per_step, np.median(res.compute_s[rank]), np.median(others)))
+    t, s, o = np.array(rows).T
+    return StragglerSweep(factors, t, s, o)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Weak scaling: one entry per number of workers (seconds per step)."""
+
+    workers: np.ndarray
+    step: np.ndarray
+    compute: np.ndarray
+    comm: np.ndarray
+    predicted_comm: np.ndarray
+
+    @property
+    def predicted_step(self) -> np.ndarray:
+        """The model: the one-worker compute plus the predicted communication."""
+        return self.compute[0] + self.predicted_comm
+
+    @property
+    def efficiency(self) -> np.ndarray:
+        """T_1 / T_N: 1 is perfect weak scaling (N times the examples in the same time)."""
+        return self.step[0] / self.step
+
+    @property
+    def predicted_efficiency(self) -> np.ndarray:
+        return self.predicted_step[0] / self.predicted_step
+
+
+def scaling(run, config, workers, alpha: float, beta: float, gamma: float = 0.0,
+            per_worker_batch: int | None = None) -> Scaling:
+    """Run with n examples per worker on each number of workers (weak scaling)."""
+    workers = np.asarray(workers, int)
+    n_each = per_worker_batch or config.batch_size
+    nbytes = _gradient_bytes(config)
+    rows = []
+    for n in workers:
+        res = run(replace(config, batch_size=n_each * int(n)), int(n))
+        bucket = None if config.bucket_mb is None else int(config.bucket_mb * 2**20)
+        rows.append((res.time_per_step, res.compute_per_step, res.comm_per_step,
+                     predict_comm(config.exchange, config.algorithm, int(n), nbytes, alpha, beta,
+                                  gamma, config.average_every, bucket)))
+    step, compute, comm, pred = np.array(rows).T
+    return Scaling(workers, step, compute, comm, pred)

@@ -1,0 +1,104 @@
+"""What a data-parallel run returns: each rank's arrays, and the run stacked over ranks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dp_config import DPConfig
+
+__all__ = ["DPResult", "RankResult", "combine"]
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One worker's view of the run, steps ``first_step`` .. ``first_step + len(loss) - 1``."""
+
+    rank: int
+    first_step: int
+    params: np.ndarray
+    loss: np.ndarray          # local mean loss per step (NaN where the worker had no rows)
+    weight: np.ndarray        # n_k / B per step
+    lr: np.ndarray
+    step_s: np.ndarray        # wall time of each step (without reading the data)
+    compute_s: np.ndarray     # forward + backward + optimizer (stretched on a straggler)
+    io_s: np.ndarray          # reading this worker's rows
+    spans: list               # (rank, kind, t0, t1) of the last config.timeline_steps steps
+    trace: list               # Messages of the same steps
+    eval_steps: np.ndarray    # rank 0 only: steps after which the test accuracy was taken
+    test_accuracy: np.ndarray
+
+
+@dataclass(frozen=True)
+class DPResult:
+    """A whole run: per-step arrays are (N, T) over workers and steps, T from ``first_step``.
+
+    ``loss`` is the global batch loss sum_k (n_k / B) loss_k, the serial run's loss.
+    Timing conventions (for the cost model): a step lasts as long as its slowest rank;
+    ``compute_per_step`` is the median over steps of the slowest rank's compute; the
+    exposed communication of a rank is its step time minus its compute, and
+    ``comm_per_step`` takes the rank that waited least (the last to arrive waits for
+    nobody, so its exchange time is the communication itself).
+    """
+
+    config: DPConfig
+    n_workers: int
+    first_step: int
+    rank_params: list
+    local_loss: np.ndarray
+    weight: np.ndarray
+    lr: np.ndarray
+    step_s: np.ndarray
+    compute_s: np.ndarray
+    io_s: np.ndarray
+    spans: list
+    traces: list
+    eval_steps: np.ndarray
+    test_accuracy: np.ndarray
+
+    @property
+    def params(self) -> np.ndarray:
+        return self.rank_params[0]
+
+    @property
+    def loss(self) -> np.ndarray:
+        return np.where(self.weight > 0, self.weight * self.local_loss, 0.0).sum(axis=0)
+
+    @property
+    def time_per_step(self) -> float:
+        return float(np.median(self.step_s.max(axis=0)))
+
+    @property
+    def compute_per_step(self) -> float:
+        return float(np.median(self.compute_s.max(axis=0)))
+
+    @property
+    def comm_per_step(self) -> float:
+        return float(np.median((self.step_s - self.compute_s).min(axis=0)))
+
+    def bytes_sent(self) -> np.ndarray:
+        """Bytes each rank sent per step, over the traced last steps."""
+        return self._per_step(lambda m: m.op == "send")
+
+    def bytes_through(self) -> np.ndarray:
+        """Bytes each rank sent + received per step, over the traced last steps."""
+        return self._per_step(lambda m: True)
+
+    def _per_step(self, keep) -> np.ndarray:
+        steps = min(self.config.timeline_steps, self.step_s.shape[1])
+        moved = np.array([sum(m.nbytes for m in t if keep(m)) for t in self.traces], float)
+        return moved / max(steps, 1)
+
+
+def combine(config: DPConfig, results: list[RankResult]) -> DPResult:
+    """Stack the ranks' results; RuntimeError if synchronous workers ended with different models."""
+    for r in results[1:]:
+        if not np.array_equal(r.params, results[0].params):
+            raise RuntimeError(f"rank {r.rank} ended with parameters different from rank 0's: "
+                               "the synchronous workers diverged")
+    stack = lambda name: np.stack([getattr(r, name) for r in results])  # noqa: E731
+    return DPResult(config, len(results), results[0].first_step, [r.params for r in results],
+                    stack("loss"), stack("weight"), results[0].lr, stack("step_s"),
+                    stack("compute_s"), stack("io_s"), [s for r in results for s in r.spans],
+                    [r.trace for r in results], results[0].eval_steps, results[0].test_accuracy)

@@ -1,0 +1,220 @@
+"""A sharded parameter server for SSP and ASP training (BSP's lockstep loop is in ``ps_bsp``).
+
+Shard ``k`` (rank k) holds the range ``[lo, hi)`` of the flat weights, an optimizer on that
+range (SGD: ``w <- w - lr g``; momentum: ``v <- mu v + g, w <- w - lr v``), a **version**
+(updates applied) and every worker's **clock** (iterations pushed). It serves requests from
+any worker (any-source receive, protocol in :mod:`.ps_protocol`) until every worker is done
+or lost:
+
+* PUSH of iteration k under SSP (and during the warm-up): kept until every live worker
+  has pushed iteration k, then the gradients are averaged in worker order and applied
+  once (``version`` becomes k + 1). Under ASP: applied at once.
+* PULL before iteration c: answered when the consistency gate allows it
+  (``c - min_clock <= s``, see :mod:`.ps_consistency`), at once under ASP.
+* A gradient of the wrong size or dtype is rejected: logged in ``errors``, the worker's
+  clock still advances (its iteration counts without it) and the others are served on.
+* A worker that owes the shard a message and stays silent for ``worker_timeout`` seconds
+  is declared **lost**: the gate and the averaging ignore it from then on, so the run
+  finishes with the others; ``lost`` records which worker and when.
+
+Invariants the tests check: every accepted gradient is applied exactly once; under SSP no
+staleness exceeds s; with s = 0 the weights equal BSP's bit for bit.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from coursekit.comm.trace import now
+from coursekit.nn.optim import make_optimizer
+from coursekit.parallel import ps_checkpoint
+from coursekit.parallel.ps_consistency import combine, combined_push, pull_bound, ssp_gate
+from coursekit.parallel.ps_protocol import (EVICTED, HELLO, OK, OP_NAMES, PULL, PUSH,
+                                            TAG_GRAD, decode_request, recv_request, send_reply)
+from coursekit.parallel.ps_results import ServerReport
+
+log = logging.getLogger(__name__)
+
+
+class ShardServer:
+    """The state and the request handlers of one shard (:func:`serve` runs its loop)."""
+
+    def __init__(self, comm, config, shard: int, gate=ssp_gate):
+        self.comm, self.cfg, self.shard, self.gate = comm, config, shard, gate
+        self.t0 = now()  # the caller resets it at the start barrier
+        self.lo, self.hi = config.ranges[shard]
+        n = config.n_workers
+        self.params = config.initial_params()[self.lo:self.hi].copy()
+        self.opt = make_optimizer(self.params, config.lr, config.momentum)
+        make_optimizer(self.params.copy(), config.lr, config.momentum).step(
+            np.zeros_like(self.params))  # compile / load the update kernel before the clock runs
+        self.version = self.applied = 0
+        self.clocks = np.zeros(n, np.int64)
+        if config.resume:
+            self._restore()
+        self.live, self.done = np.ones(n, bool), np.zeros(n, bool)
+        self.last_heard = np.zeros(n)
+        # iteration -> {worker: (grad or None, read_version)}
+        self.pending: dict[int, dict[int, tuple]] = {}
+        self.deferred: dict[int, int] = {}  # worker -> clock of its waiting pull
+        self.staleness, self.from_worker, self.update_t = [], [], []
+        self.errors, self.lost, self.checkpoints = [], [], []
+
+    def _restore(self) -> None:
+        cfg = self.cfg
+        version = ps_checkpoint.latest_version(cfg.checkpoint_dir, cfg.n_servers)
+        state = ps_checkpoint.load(cfg.checkpoint_dir, self.shard, cfg.n_servers, self.lo, self.hi,
+                                   version, cfg.n_workers)
+        self.params[...] = state.params
+        if state.velocity is not None and hasattr(self.opt, "velocity"):
+            self.opt.velocity[...] = state.velocity
+        self.version, self.applied = state.version, state.applied
+        # BSP / SSP checkpoints are taken between iterations: every worker restarts at the
+        # version; ASP workers restart where this shard last heard from them.
+        self.clocks[...] = state.clocks if cfg.model == "asp" else state.version
+
+    def elapsed(self) -> float:
+        return now() - self.t0
+
+    def log_error(self, message: str) -> None:
+        message = f"shard {self.shard} at t={self.elapsed():.3f} s: {message}"
+        self.errors.append(message)
+        log.warning(message)
+
+    # ---- requests ---------------------------------------------------------------------------
+    def handle(self, head: np.ndarray) -> None:
+        try:
+            req = decode_request(head, self.cfg.worker_ranks)
+        except ValueError as exc:
+            self.log_error(f"dropped a malformed request: {exc}")
+            return
+        w = req.worker_rank - self.cfg.n_servers
+        self.last_heard[w] = self.elapsed()
+        if not self.live[w]:
+            if req.op == PUSH:
+                self.comm.recv(req.worker_rank, TAG_GRAD)  # drain its gradient
+            elif req.op == PULL:
+                self.reply(w, EVICTED)
+            self.log_error(f"ignored a {OP_NAMES[req.op]} from worker {w}, which was declared lost")
+        elif req.op == PUSH:
+            self._on_push(w, req)
+        elif req.op == PULL:
+            if req.clock == HELLO:
+                self.reply(w, OK)
+            else:
+                self.deferred[w] = req.clock
+        else:  # DONE
+            self.done[w] = True
+
+    def _on_push(self, w: int, req) -> None:
+        grad = self.comm.recv(req.worker_rank, TAG_GRAD)
+        if req.n_steps < 1 or req.clock != self.clocks[w] + req.n_steps:
+            self.log_error(f"ignored a push from worker {w} claiming clock {req.clock} after "
+                      f"{req.n_steps} step(s); its clock here is {self.clocks[w]}")
+            return
+        grad = self.check_grad(w, grad, req.clock)
+        self.clocks[w] = req.clock
+        if combined_push(self.cfg.model, self.cfg.warmup, req.clock):
+            self.pending.setdefault(req.clock - 1, {})[w] = (grad, req.read_version)
+            self._advance()
+        elif grad is not None:
+            self.apply([(w, grad, req.read_version)], req.n_steps, average=False)
+
+    def check_grad(self, w: int, grad: np.ndarray, clock: int) -> np.ndarray | None:
+        """``grad`` if it fits this shard, else None (the rejection is logged)."""
+        want = (self.hi - self.lo,)
+        if grad.dtype == self.params.dtype and grad.shape == want:
+            return grad
+        self.log_error(f"rejected the gradient worker {w} pushed for clock {clock}: expected "
+                       f"{self.params.dtype}{want} (parameters [{self.lo}, {self.hi})), got "
+                       f"{grad.dtype}{grad.shape}")
+        return None
+
+    def _advance(self) -> None:
+        """Apply every complete iteration: all live workers have pushed it."""
+        while self.version in self.pending and np.all(self.clocks[self.live] > self.version):
+            got = self.pending.pop(self.version)
+            items = [(w, g, r) for w, (g, r) in sorted(got.items()) if g is not None]
+            self.apply(items, len(items), average=True)
+
+    def apply(self, items: list, n_steps: int, average: bool) -> None:
+        if items:
+            grads = [g for _, g, _ in items]
+            self.opt.step(combine(grads) if average else grads[0])
+        for w, _, read_version in items:
+            self.staleness.append(self.version - read_version)
+            self.from_worker.append(w)
+        self.version += 1
+        self.applied += n_steps
+        self.update_t.append(self.elapsed())
+        every = self.cfg.checkpoint_every
+        if every and self.version % every == 0:
+            self.checkpoints.append(str(self.state().save(self.cfg.checkpoint_dir)))
+
+    def reply(self, w: int, status: int) -> None:
+        send_reply(self.comm, self.cfg.worker_ranks[w], self.version, self.applied,
+                   int(self.clocks[w]), status, self.params)
+        self.last_heard[w] = self.elapsed()
+
+    # ---- gate, failures, end ------------------------------------------------------------------
+    def release(self) -> None:
+        """Answer every deferred pull whose gate is open."""
+        cfg = self.cfg
+        for w, clock in list(self.deferred.items()):
+            bound = pull_bound(cfg.model, cfg.staleness, cfg.warmup, clock)
+            if bound is None or self.gate(clock, self.clocks[self.live].copy(), bound):
+                del self.deferred[w]
+                self.reply(w, OK)
+
+    def check_lost(self) -> None:
+        t = self.elapsed()
+        owing = self.live & ~self.done & (t - self.last_heard > self.cfg.worker_timeout)
+        newly = [w for w in np.flatnonzero(owing) if w not in self.deferred]
+        for w in newly:
+            self.live[w] = False
+            self.lost.append((int(w), t, int(self.clocks[w])))
+            self.log_error(f"worker {w} (rank {self.cfg.worker_ranks[w]}) sent nothing for "
+                      f"{self.cfg.worker_timeout:g} s at clock {self.clocks[w]}: declared lost")
+        if newly:
+            self._advance()
+
+    def check_deadlock(self) -> None:
+        waiting = np.flatnonzero(self.live & ~self.done)
+        if len(waiting) and all(w in self.deferred for w in waiting):
+            clocks = {int(w): int(self.clocks[w]) for w in waiting}
+            raise RuntimeError(
+                f"shard {self.shard}: deadlock: every live worker waits at the clock gate and the "
+                f"gate lets none through (pull clocks {self.deferred}, pushed clocks {clocks}, "
+                f"staleness {self.cfg.staleness}); the slowest worker, at clock == min(clocks), "
+                "must always be allowed to proceed")
+
+    def finished(self) -> bool:
+        return bool(np.all(self.done | ~self.live))
+
+    def state(self) -> ps_checkpoint.ShardState:
+        velocity = getattr(self.opt, "velocity", None)
+        return ps_checkpoint.ShardState(
+            self.shard, self.cfg.n_servers, self.lo, self.hi, self.params.copy(),
+            None if velocity is None else velocity.copy(), self.version, self.applied,
+            self.clocks.copy())
+
+    def report(self) -> ServerReport:
+        return ServerReport(self.shard, self.lo, self.hi, self.params.copy(), self.version,
+                            self.applied, np.array(self.staleness, np.int64),
+                            np.array(self.from_worker, np.int64), np.array(self.update_t),
+                            self.errors, self.lost, self.checkpoints)
+
+
+def serve(server: ShardServer) -> ServerReport:
+    """Run the SSP / ASP request loop of ``server`` until every worker is done or lost."""
+    poll = min(0.05, server.cfg.worker_timeout / 4)
+    while not server.finished():
+        head = recv_request(server.comm, poll)
+        if head is not None:
+            server.handle(head)
+        server.check_lost()
+        server.release()
+        server.check_deadlock()
+    return server.report()

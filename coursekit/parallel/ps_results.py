@@ -1,0 +1,147 @@
+"""What a parameter-server run returns: one report per shard and per worker, and their union.
+
+Times are seconds since the run's start barrier (every rank takes its own start right after
+it, so the ranks' clocks line up to a message latency).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from coursekit.parallel.ps_config import PSConfig
+
+
+@dataclass
+class ServerReport:
+    """One shard: its final weights and every update it applied.
+
+    ``staleness[j]`` is the staleness of the j-th gradient applied (shard version when applied
+    minus the version it was computed on) and ``from_worker[j]`` the worker it came from;
+    ``update_t[v]`` is when version v + 1 was reached. ``lost`` holds
+    ``(worker, t, clock)`` for every worker this shard declared lost.
+    """
+
+    shard: int
+    lo: int
+    hi: int
+    params: np.ndarray
+    version: int
+    applied: int
+    staleness: np.ndarray
+    from_worker: np.ndarray
+    update_t: np.ndarray
+    errors: list = field(default_factory=list)
+    lost: list = field(default_factory=list)
+    checkpoints: list = field(default_factory=list)
+
+
+@dataclass
+class WorkerReport:
+    """One worker: how its time went, and test accuracy of the weights it pulled.
+
+    ``status``: "finished", "evicted" (a shard had declared it lost) or "crashed" (a
+    simulated crash on a ThreadComm rank; a killed process returns no report at all).
+    ``spans``: ``(kind, t_start, t_end)`` with kind "compute", "idle" (waiting for weights)
+    or "send" (pushing), for a per-worker timeline. ``curve_*``: at each snapshot, the time,
+    the gradients the weights contained (shard 0's ``applied``) and their test accuracy.
+    """
+
+    worker: int
+    status: str
+    steps: int
+    wall_s: float
+    compute_s: float
+    idle_s: float
+    send_s: float
+    spans: list
+    curve_t: np.ndarray
+    curve_applied: np.ndarray
+    curve_accuracy: np.ndarray
+
+    @property
+    def throughput(self) -> float:
+        """Iterations per second of wall-clock time."""
+        return self.steps / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+@dataclass
+class PSResult:
+    """A whole run: ``params`` (the shards' weights, concatenated), reports, and summaries."""
+
+    config: PSConfig
+    params: np.ndarray
+    servers: list
+    workers: list  # WorkerReport, or None for a worker whose process died
+
+    @property
+    def staleness(self) -> np.ndarray:
+        """Staleness of every applied gradient on every shard."""
+        return np.concatenate([s.staleness for s in self.servers])
+
+    @property
+    def applied(self) -> int:
+        """Mini-batch gradients in the final weights (shard 0's count)."""
+        return self.servers[0].applied
+
+    @property
+    def lost(self) -> list[dict]:
+        """Lost workers: ``{"worker", "t", "clock"}`` as first noticed by any shard."""
+        first: dict[int, tuple] = {}
+        for s in self.servers:
+            for w, t, clock in s.lost:
+                if w not in first or t < first[w][0]:
+                    first[w] = (t, clock)
+        return [{"worker": w, "t": t, "clock": c} for w, (t, c) in sorted(first.items())]
+
+    @property
+    def errors(self) -> list[str]:
+        return [e for s in self.servers for e in s.errors]
+
+    def _per_worker(self, attr: str) -> np.ndarray:
+        return np.array([getattr(w, attr) if w is not None else np.nan for w in self.workers])
+
+    @property
+    def idle_s(self) -> np.ndarray:
+        """Seconds each worker spent waiting for weights (NaN: process lost)."""
+        return self._per_worker("idle_s")
+
+    @property
+    def throughput(self) -> np.ndarray:
+        """Iterations per second of each worker (NaN: process lost)."""
+        return self._per_worker("throughput")
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds from the start to the last worker's end or the last update."""
+        ends = [w.wall_s for w in self.workers if w is not None]
+        ends += [s.update_t[-1] for s in self.servers if len(s.update_t)]
+        return max(ends, default=0.0)
+
+    def curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(t, applied, accuracy)`` of every worker's snapshots, in time order."""
+        reports = [w for w in self.workers if w is not None]
+        t, applied, acc = (np.concatenate([getattr(w, f"curve_{k}") for w in reports])
+                           for k in ("t", "applied", "accuracy"))
+        order = np.argsort(t, kind="stable")
+        return t[order], applied[order], acc[order]
+
+    def accuracy(self, X, y) -> float:
+        """Accuracy of the final weights on (X, y)."""
+        from coursekit.nn import MLP
+        mlp = MLP(self.config.sizes, dtype=self.config.dtype)
+        mlp.params[...] = self.params
+        return mlp.accuracy(X, y)
+
+    def summary(self) -> str:
+        c = self.config
+        model = f"SSP s={c.staleness}" if c.model == "ssp" else c.model.upper()
+        stale = self.staleness
+        lines = [f"{model}: {c.n_workers} workers, {c.n_servers} shard(s), "
+                 f"{self.applied} gradients applied in {self.wall_s:.2f} s; staleness max {stale.max(initial=0)}, "
+                 f"mean {stale.mean() if len(stale) else 0:.2f}"]
+        lines += [f"worker {d['worker']} lost at t = {d['t']:.2f} s (clock {d['clock']})"
+                  for d in self.lost]
+        lines += [f"error: {e}" for e in self.errors]
+        return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""A parameter-server worker's building blocks: data, compute, pull / push, timing, snapshots.
+
+The loops that use them are in :mod:`.async_sgd` (SSP, ASP) and :mod:`.ps_bsp` (BSP).
+Worker ``i`` trains on its shard of the training rows (``coursekit.data.shard``); its
+mini-batch at step t is drawn from ``np.random.default_rng([seed, i, t])``, so a given
+(worker, step) always sees the same rows: a restarted run repeats no batch and skips none,
+and BSP equals serial SGD on the concatenation of the workers' batches.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+
+from coursekit import live
+from coursekit.comm import ThreadComm
+from coursekit.comm.trace import now
+from coursekit.data import shard
+from coursekit.nn import MLP
+from coursekit.parallel.ps_protocol import DONE, PULL, PUSH, recv_reply, send_request
+from coursekit.parallel.ps_results import WorkerReport
+
+
+def batch_rows(seed: int, worker: int, step: int, n_rows: int, batch_size: int) -> np.ndarray:
+    """The rows (indices into the worker's shard) of worker ``worker``'s batch at ``step``."""
+    return np.random.default_rng([seed, worker, step]).integers(0, n_rows, batch_size)
+
+
+class Crashed(Exception):
+    """A simulated crash on a ThreadComm rank (a real process is SIGKILLed instead)."""
+
+
+class Worker:
+    """Worker ``worker`` of ``config``: owns a model replica whose params are its weights."""
+
+    def __init__(self, comm, config, worker: int, data):
+        self.comm, self.cfg, self.worker = comm, config, worker
+        self.t0 = now()  # the caller resets it at the start barrier
+        self.rank = config.worker_ranks[worker]
+        self.mlp = MLP(config.sizes, dtype=config.dtype, seed=config.seed)
+        X, y = shard(data.X_train, data.y_train, worker, config.n_workers)
+        self.X, self.y = self.mlp.check_batch(X, y)
+        self.X_test, self.y_test = data.X_test, data.y_test
+        self.grad = np.empty_like(self.mlp.params)
+        self.versions = np.zeros(config.n_servers, np.int64)
+        self.applied = 0
+        self.jitter = np.random.default_rng([config.seed, worker, 1 << 30])
+        self.delay = float(config.straggler.get(worker, 0.0))
+        self.crash_at = config.crash.get(worker)
+        self.spans: list[tuple[str, float, float]] = []
+        self.reporter = live.Reporter(interval=0.2, series=("t", "applied", "accuracy"))
+        self.next_snapshot = 0
+        self.steps = 0
+        # compile / load the kernels now, not inside the timed run
+        self.mlp.loss_and_grad(self.X[:1], self.y[:1], out=self.grad, validate=False)
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.mlp.params
+
+    def elapsed(self) -> float:
+        return now() - self.t0
+
+    def _span(self, kind: str, start: float) -> None:
+        self.spans.append((kind, start, self.elapsed()))
+
+    # ---- compute ------------------------------------------------------------------------------
+    def compute(self, step: int) -> np.ndarray:
+        """The gradient at ``step`` on the current weights (plus any injected slowness)."""
+        if step == self.crash_at:
+            self.crash()
+        start = self.elapsed()
+        rows = batch_rows(self.cfg.seed, self.worker, step, len(self.X), self.cfg.batch_size)
+        self.mlp.loss_and_grad(self.X[rows], self.y[rows], out=self.grad, validate=False)
+        extra = self.delay + (self.jitter.exponential(self.cfg.jitter) if self.cfg.jitter else 0.0)
+        if extra:
+            time.sleep(extra)
+        self._span("compute", start)
+        self.steps += 1
+        return self.grad
+
+    def crash(self) -> None:
+        """Die here: SIGKILL this process, or, on a ThreadComm rank, stop talking."""
+        if isinstance(self.comm, ThreadComm):
+            raise Crashed(f"worker {self.worker} crashed")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    # ---- talk to the shards -------------------------------------------------------------------
+    def request_weights(self, clock: int) -> None:
+        for server in range(self.cfg.n_servers):
+            send_request(self.comm, server, PULL, self.rank, clock)
+
+    def receive_weights(self) -> tuple[list[int], list[int]]:
+        """Every shard's reply, written into the weights; returns (clocks, statuses)."""
+        start, clocks, statuses = self.elapsed(), [], []
+        for server, (lo, hi) in enumerate(self.cfg.ranges):
+            version, applied, clock, status = recv_reply(self.comm, server, self.weights[lo:hi])
+            self.versions[server] = version
+            clocks.append(clock)
+            statuses.append(status)
+            if server == 0:
+                self.applied = applied
+        self._span("idle", start)
+        return clocks, statuses
+
+    def pull(self, clock: int) -> tuple[list[int], list[int]]:
+        self.request_weights(clock)
+        return self.receive_weights()
+
+    def push(self, grad: np.ndarray, clock: int, read_versions: np.ndarray, n_steps: int) -> None:
+        start = self.elapsed()
+        for server, (lo, hi) in enumerate(self.cfg.ranges):
+            send_request(self.comm, server, PUSH, self.rank, clock, int(read_versions[server]),
+                         n_steps, grad[lo:hi])
+        self._span("send", start)
+
+    def send_grad(self, grad: np.ndarray, tag: int) -> None:
+        """BSP: the bare gradient slices, no request header (the shard knows who sends)."""
+        start = self.elapsed()
+        for server, (lo, hi) in enumerate(self.cfg.ranges):
+            self.comm.send(grad[lo:hi], server, tag)
+        self._span("send", start)
+
+    def done(self, clock: int) -> None:
+        for server in range(self.cfg.n_servers):
+            send_request(self.comm, server, DONE, self.rank, clock)
+
+    # ---- record -------------------------------------------------------------------------------
+    def _totals(self) -> dict:
+        return {k: sum(b - a for kind, a, b in self.spans if kind == k)
+                for k in ("compute", "idle", "send")}
+
+    def snapshot(self, step: int) -> None:
+        """If ``step`` reached the next snapshot: test accuracy of the weights just pulled,
+        kept and published live (``coursekit.live``; ~0.1 ms for the digits test set)."""
+        if step < self.next_snapshot:
+            return
+        self.next_snapshot = step + self.cfg.eval_every
+        self.reporter.log(t=self.elapsed(), applied=self.applied,
+                          accuracy=self.mlp.accuracy(self.X_test, self.y_test),
+                          step=step, total=self.cfg.steps, idle=self._totals()["idle"],
+                          worker=self.worker)
+
+    def report(self, status: str) -> WorkerReport:
+        wall, total, curve = self.elapsed(), self._totals(), self.reporter.record
+        self.reporter.log(step=self.cfg.steps, status=status)
+        self.reporter.close()
+        return WorkerReport(self.worker, status, self.steps, wall, total["compute"], total["idle"],
+                            total["send"], self.spans, np.array(curve["t"]),
+                            np.array(curve["applied"], np.int64), np.array(curve["accuracy"]))

@@ -1,0 +1,174 @@
+"""Chapter 7 panel: ResNet-50 data parallelism at 8 .. 4096 simulated GPUs.
+
+Thin by design: every change of a control calls :func:`experiment`, which only composes
+:func:`coursekit.sim.step.scaling` (the scaling curve, 8 GPUs per node) and
+:func:`~coursekit.sim.step.simulate_step` (the step at the chosen GPU count) on the
+case-study workload and network of :mod:`coursekit.sim.resnet50`; the panel draws the
+result as a PNG in an ``Image`` widget, so it prints nothing and works headless (tests
+set ``panel.gpus.value = 2048`` and read ``panel.result``).
+
+Controls: GPUs (powers of two), allreduce (flat ring / hierarchical), tensor-fusion buffer
+in MB (0: one allreduce per tensor), FP16 gradients, images per GPU, and the straggler
+jitter sigma: every GPU is slowed by a factor ``exp(|N(0, sigma)|)`` (seeded), and a
+synchronous step waits for the slowest of them, so the same sigma costs more at more GPUs.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from coursekit.sim import resnet50
+from coursekit.sim.step import StepResult, Stragglers, scaling, simulate_step
+from coursekit.viz import color
+
+__all__ = ["ALLREDUCE", "AtScalePanel", "AtScaleResult", "GPU_COUNTS", "draw_step",
+           "experiment", "plot_at_scale"]
+
+GPUS_PER_NODE = resnet50.CASE_STUDY["gpus_per_node"]
+GPU_COUNTS = tuple(GPUS_PER_NODE << k for k in range(10))  # 8 .. 4096
+BATCHES = (8, 16, 32, 64, 128, 256)
+FUSION_MB = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+ALLREDUCE = (("flat ring", "ring"), ("hierarchical", "hierarchical"))
+EPOCH_IMAGES = resnet50.CASE_STUDY["epochs"] * resnet50.CASE_STUDY["imagenet_train_images"]
+
+
+@dataclass(frozen=True)
+class AtScaleResult:
+    """One setting: the step at ``gpus`` and the curve over :data:`GPU_COUNTS`."""
+
+    gpus: int
+    step: StepResult
+    efficiency: float     # throughput / (gpus x one GPU without communication)
+    images_per_s: float
+    minutes_90_epochs: float
+    slowest: float        # the slowest GPU's compute factor (stragglers)
+    curve: dict           # scaling(): gpus, throughput, efficiency, step_s, exposed_comm_s
+
+
+def experiment(gpus: int = 1024, algorithm: str = "hierarchical", fusion_mb: float = 64,
+               fp16: bool = True, batch: int = 64, jitter: float = 0.0,
+               network: dict | None = None) -> AtScaleResult:
+    """The case study at one setting (pure). ``network``: keyword arguments of
+    :func:`coursekit.sim.resnet50.case_study_network` (bandwidths, latencies)."""
+    if gpus not in GPU_COUNTS:
+        raise ValueError(f"gpus must be one of {GPU_COUNTS} (whole nodes of {GPUS_PER_NODE}), "
+                         f"got {gpus!r}")
+    if not fusion_mb >= 0:
+        raise ValueError(f"fusion_mb must be >= 0 (0: no fusion), got {fusion_mb!r}")
+    work = resnet50.workload(batch=batch)
+    net = resnet50.case_study_network(gpus // GPUS_PER_NODE, **(network or {}))
+    options = dict(algorithm=algorithm, fusion_bytes=fusion_mb * 2**20, fp16=fp16,
+                   stragglers=Stragglers(jitter=jitter) if jitter else None)
+    curve = scaling(work, net, [g // GPUS_PER_NODE for g in GPU_COUNTS], **options)
+    step = simulate_step(work, net, **options)
+    i = GPU_COUNTS.index(gpus)
+    slowest = float(options["stragglers"].factors(gpus).max()) if jitter else 1.0
+    return AtScaleResult(gpus, step, float(curve["efficiency"][i]), step.throughput,
+                         EPOCH_IMAGES / step.throughput / 60, slowest, curve)
+
+
+def plot_at_scale(r: AtScaleResult, title: str = "") -> Figure:
+    """Left: scaling efficiency against GPUs (the chosen count marked). Right: the step at
+    the chosen count, compute on one row and the allreduces (one bar per bucket) below."""
+    fig = Figure(figsize=(10, 3.3), layout="constrained")
+    ax_e, ax_t = fig.subplots(1, 2, width_ratios=[1, 1.3])
+    c = r.curve
+    ax_e.semilogx(c["gpus"], 100 * c["efficiency"], "o-", color=color("predicted"), base=2)
+    ax_e.plot([r.gpus], [100 * r.efficiency], "o", ms=11, mfc="none", color=color("comm"))
+    ax_e.set_xticks(c["gpus"], [f"{g:g}" for g in c["gpus"]], fontsize=7)
+    ax_e.minorticks_off()
+    ax_e.set(xlabel="GPUs", ylabel="scaling efficiency [%]", ylim=(0, 105),
+             title="efficiency = throughput / (GPUs x one GPU)")
+    ax_e.grid(alpha=0.3)
+    draw_step(ax_t, r.step)
+    ax_t.set_title(f"one step on {r.gpus} GPUs: {1e3 * r.step.step_s:.0f} ms, "
+                   f"{r.step.bucket_bytes.size} allreduce(s)")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def draw_step(ax, step: StepResult) -> None:
+    """One simulated step on ``ax`` in ms: forward / backward / update on the compute row,
+    one bar per bucket allreduce on the row below (the course's colours)."""
+    for row, kind, a, b in step.spans():
+        if b > a:
+            ax.barh(row, 1e3 * (b - a), left=1e3 * a, height=0.6, color=color(kind),
+                    edgecolor="white", linewidth=0.3)
+    ax.set_yticks([0, 1], ["compute", "allreduce"])
+    ax.set_ylim(1.6, -0.9)
+    ax.set_xlabel("time in the step [ms]")
+    handles = [Patch(color=color(k), label=k) for k in ("forward", "backward", "optimizer", "comm")]
+    ax.legend(handles=handles, loc="upper center", fontsize=8, ncols=4, frameon=False)
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buf)
+    return buf.getvalue()
+
+
+class AtScalePanel(widgets.VBox):
+    """Controls for :func:`experiment`; ``panel.result`` is the latest
+    :class:`AtScaleResult` (None after an impossible setting), ``panel.readout`` says
+    efficiency, images/s and minutes for 90 epochs."""
+
+    def __init__(self, gpus: int = 1024, algorithm: str = "hierarchical", fusion_mb: int = 64,
+                 fp16: bool = True, batch: int = 64, jitter: float = 0.0,
+                 network: dict | None = None):
+        style = {"description_width": "130px"}
+        common = dict(style=style, continuous_update=False)
+        self.network = network
+        self.gpus = widgets.SelectionSlider(options=GPU_COUNTS, value=gpus,
+                                            description="GPUs (log scale)", **common)
+        self.algorithm = widgets.ToggleButtons(options=ALLREDUCE, value=algorithm,
+                                               description="allreduce", style=style)
+        self.fusion = widgets.SelectionSlider(options=FUSION_MB, value=fusion_mb,
+                                              description="fusion buffer MB", **common)
+        self.fp16 = widgets.Checkbox(value=fp16, description="FP16 gradients", style=style)
+        self.batch = widgets.SelectionSlider(options=BATCHES, value=batch,
+                                             description="images per GPU", **common)
+        self.jitter = widgets.FloatSlider(value=jitter, min=0.0, max=0.3, step=0.01,
+                                          description="straggler sigma", **common)
+        self.readout = widgets.HTML()
+        self.plot = widgets.Image(format="png")
+        self.result = None
+        controls = [self.gpus, self.algorithm, self.fusion, self.fp16, self.batch, self.jitter]
+        for control in controls:
+            control.observe(lambda _: self.update(), names="value")
+        super().__init__([widgets.HBox([widgets.VBox(controls[:3]), widgets.VBox(controls[3:])]),
+                          self.readout, self.plot])
+        self.update()
+
+    def settings(self) -> dict:
+        """The controls as keyword arguments of :func:`experiment`."""
+        return dict(gpus=self.gpus.value, algorithm=self.algorithm.value,
+                    fusion_mb=self.fusion.value, fp16=self.fp16.value, batch=self.batch.value,
+                    jitter=self.jitter.value, network=self.network)
+
+    def update(self):
+        """Simulate the current settings, draw them and return the result (None on error)."""
+        try:
+            r = self.result = experiment(**self.settings())
+        except ValueError as err:
+            self.result, self.readout.value = None, f"error: {err}"
+            return None
+        straggle = f", slowest GPU x{r.slowest:.2f}" if r.slowest > 1 else ""
+        self.readout.value = (f"<b>{r.gpus} GPUs</b>: efficiency <b>{r.efficiency:.1%}</b>, "
+                              f"<b>{r.images_per_s:,.0f}</b> images/s, 90 epochs in "
+                              f"<b>{r.minutes_90_epochs:.1f}</b> min (step "
+                              f"{1e3 * r.step.step_s:.0f} ms, exposed communication "
+                              f"{1e3 * r.step.exposed_comm_s:.1f} ms{straggle})")
+        label = dict((v, k) for k, v in ALLREDUCE)[self.algorithm.value]
+        fusion = f"fusion {self.fusion.value} MB" if self.fusion.value else "no fusion"
+        title = (f"ResNet-50, {self.batch.value} images per GPU, {label}, {fusion}, "
+                 f"{'FP16' if self.fp16.value else 'FP32'} gradients")
+        self.plot.value = _png(plot_at_scale(r, title))
+        return r

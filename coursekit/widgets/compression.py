@@ -1,0 +1,143 @@
+"""Chapter 6 panel: train with a compressor on the live cluster, plot accuracy vs bytes and time.
+
+Thin: Run reads the controls (compressor, its ratio / bits / levels / rank / threshold,
+error feedback, workers, epochs), calls the pure experiment
+:func:`coursekit.parallel.compression.experiment.train` and draws every run so far, so
+runs can be compared: test accuracy against the bytes a worker sent (left) and against
+time (right, measured; dashed: the cost model, i.e. the measured compute plus the
+predicted exchange time for the fitted ``alpha`` and ``beta``). The status line gives the
+cost model's prediction of the communication time saved against an uncompressed
+float32 allreduce. Plots are PNGs in an ``Image`` widget: nothing is printed, tests drive
+it headless (``panel.compressor.value = "topk"``; ``panel.run_button.click()``).
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.figure import Figure
+
+from coursekit.parallel.compression import COMPRESSORS
+from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.viz import color
+from coursekit.widgets.backprop import figure_png
+
+__all__ = ["CompressionPanel", "VALUES", "plot_runs"]
+
+VALUES = {
+    "ratio": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
+    "bits": (2, 3, 4, 6, 8, 12, 16),
+    "levels": (1, 2, 4, 8, 16, 64, 256),
+    "rank": (1, 2, 4, 8),
+    "threshold": (0.003, 0.01, 0.03, 0.1, 0.3),
+}
+"""The choices the value slider offers for each kind of parameter."""
+
+
+def plot_runs(results, alpha: float, beta: float) -> Figure:
+    """Accuracy against bytes sent (left) and against time (right), one colour per run."""
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    ax_b, ax_t = fig.subplots(1, 2)
+    for i, r in enumerate(results):
+        c = f"C{i % 10}"
+        ax_b.semilogx(r.wire_bytes, r.test_accuracy, "o-", ms=3, color=c,
+                      label=f"{r.setup.label}, p={r.p}")
+        compute = r.seconds - r.exchange_seconds
+        ax_t.plot(r.seconds, r.test_accuracy, "o-", ms=3, color=c)
+        ax_t.plot(compute + r.predicted_exchange_seconds(alpha, beta), r.test_accuracy, "--",
+                  color=c)
+    ax_b.set(xlabel="bytes sent per worker", ylabel="test accuracy")
+    ax_t.set(xlabel="time [s] (solid: measured, dashed: cost model)", ylabel="test accuracy")
+    ax_t.plot([], [], "-", color=color("message"), label="measured")
+    ax_t.plot([], [], "--", color=color("message"), label="cost model")
+    ax_b.legend(loc="lower right", fontsize=8)
+    ax_t.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+class CompressionPanel(widgets.VBox):
+    """Controls and plot; ``panel.results`` holds every run since the last Clear.
+
+    ``cluster``: a started cluster with a Comm on its engines (None: ThreadComm ranks in
+    this process). ``alpha`` (s) and ``beta`` (s/B): the link, for the cost model.
+    """
+
+    def __init__(self, cluster=None, *, alpha: float, beta: float, max_workers: int | None = None,
+                 epochs: int = 10, seed: int = 0, experiment=train):
+        if max_workers is None:
+            max_workers = cluster.size if cluster is not None else 4
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be a positive int, got {max_workers!r}")
+        self.cluster, self.alpha, self.beta, self.seed = cluster, alpha, beta, seed
+        self.experiment, self.results = experiment, []
+        style = {"description_width": "110px"}
+        self.compressor = widgets.Dropdown(options=list(COMPRESSORS), value="topk",
+                                           description="compressor", style=style)
+        self.value = widgets.SelectionSlider(options=[("-", 0)], description="value",
+                                             style=style)
+        self.error_feedback = widgets.Checkbox(True, description="error feedback", style=style)
+        self.workers = widgets.IntSlider(max_workers, min=1, max=max_workers,
+                                         description="workers", style=style)
+        self.epochs = widgets.IntSlider(epochs, min=1, max=30, description="epochs", style=style)
+        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.clear_button = widgets.Button(description="Clear", icon="trash")
+        self.status = widgets.Label("Pick a compressor and press Run.")
+        self.plot = widgets.Image(format="png")
+        self.compressor.observe(lambda change: self._set_values(change["new"]), names="value")
+        self._set_values(self.compressor.value)
+        self.run_button.on_click(lambda _: self.run())
+        self.clear_button.on_click(lambda _: self.clear())
+        controls = widgets.VBox([self.compressor, self.value, self.error_feedback, self.workers,
+                                 self.epochs])
+        super().__init__([controls, widgets.HBox([self.run_button, self.clear_button,
+                                                  self.status]), self.plot])
+
+    def _set_values(self, name: str) -> None:
+        param, default = COMPRESSORS[name].param, COMPRESSORS[name].default
+        if param is None:
+            self.value.options, self.value.disabled = [("-", 0)], True
+            self.value.description = "value"
+            return
+        self.value.options = [(f"{v:g}", v) for v in VALUES[param]]
+        self.value.value, self.value.disabled = default, False
+        self.value.description = param
+
+    def setup(self) -> Setup:
+        """The run the controls describe."""
+        name = self.compressor.value
+        value = self.value.value if COMPRESSORS[name].param else None
+        return Setup(name, value, self.error_feedback.value,
+                     epochs=self.epochs.value, seed=self.seed)
+
+    def _progress(self, data) -> None:
+        curve = data[0].get("test_accuracy") or []
+        if curve:
+            self.status.value = f"epoch {len(curve)}: test accuracy {curve[-1]:.1%}"
+
+    def run(self):
+        """Train with the current settings, add the run to the plot, and return it."""
+        self.run_button.disabled = True
+        self.status.value = "running ..."
+        try:
+            result = self.experiment(self.workers.value, self.setup(), cluster=self.cluster,
+                                     on_update=self._progress)
+        except ValueError as err:
+            self.status.value = f"error: {err}"
+            return None
+        finally:
+            self.run_button.disabled = False
+        self.results.append(result)
+        saved = (result.predicted_uncompressed_seconds(self.alpha, self.beta)[-1]
+                 - result.predicted_exchange_seconds(self.alpha, self.beta)[-1])
+        self.status.value = (f"{result.setup.label}: {result.final_accuracy:.1%} test accuracy, "
+                             f"{result.wire_bytes[-1] / 1e6:.3g} MB sent per worker; cost model: "
+                             f"{'saves' if saved >= 0 else 'costs'} {abs(saved) * 1e3:.3g} ms of "
+                             f"communication vs uncompressed")
+        self.plot.value = figure_png(plot_runs(self.results, self.alpha, self.beta))
+        return result
+
+    def clear(self) -> None:
+        """Forget the runs so far."""
+        self.results = []
+        self.plot.value = b""
+        self.status.value = "Cleared. Pick a compressor and press Run."

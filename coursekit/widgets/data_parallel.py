@@ -1,0 +1,243 @@
+"""Chapter 3: plots of the data-parallel experiments and one control panel.
+
+The plot functions draw results of :mod:`coursekit.parallel.data_parallel` and
+:mod:`coursekit.parallel.dp_experiments`; each returns its Figure (a pyplot figure, or
+draws into ``fig`` when given one). :class:`DataParallelPanel` is thin: Run reads the
+controls into a :class:`~coursekit.parallel.dp_config.DPConfig`, calls
+``run(config, n_workers, on_update=...)`` (``train_local`` or ``train_cluster``, see
+:func:`~coursekit.parallel.dp_experiments.local_runner`), shows live progress while it
+runs and draws the loss curve and the timeline of the last steps as a PNG. Tests drive it
+headlessly: ``panel.workers.value = 3``, ``panel.run_button.click()``.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from coursekit.collectives import ALGORITHMS
+from coursekit.parallel.dp_config import EXCHANGES, DPConfig
+from coursekit.parallel.lr_rules import RULES
+from coursekit.viz import byte_label, color, plot_timeline
+
+__all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_lr_grid", "plot_run",
+           "plot_scaling", "plot_straggler", "plot_timeline_of"]
+
+BUCKETS = (None, 0.01, 0.05, 0.25, 1.0)
+
+
+def _figure(fig, width, height):
+    return fig if fig is not None else plt.figure(figsize=(width, height))
+
+
+def plot_timeline_of(result, ax=None, title=None):
+    """The last traced steps of ``result``: compute spans and messages, one row per rank.
+
+    Waiting ("idle") is drawn first, so the reducer's messages show on top of it.
+    """
+    spans = sorted(result.spans, key=lambda s: s[1] != "idle")
+    return plot_timeline(result.traces, spans, ax=ax, arrows=False, title=title)
+
+
+def plot_run(result, fig=None):
+    """Global batch loss per step (left) and the timeline of the last steps (right)."""
+    fig = _figure(fig, 10, 3.4)
+    ax_loss, ax_tl = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
+    steps = np.arange(result.first_step, result.first_step + result.loss.size) + 1
+    ax_loss.plot(steps, result.loss, color=color("measured"), lw=1)
+    ax_loss.set(xlabel="step", ylabel="batch loss", yscale="log")
+    cfg = result.config
+    ax_loss.set_title(f"{cfg.exchange} on {result.n_workers} workers, B={cfg.batch_size}",
+                      fontsize="medium")
+    plot_timeline_of(result, ax=ax_tl, title=f"last {cfg.timeline_steps} steps")
+    fig.tight_layout()
+    return fig
+
+
+def plot_exchange_sweep(sweep, fig=None):
+    """Exposed communication per step (left) and bytes through the busiest rank (right)."""
+    fig = _figure(fig, 10, 3.4)
+    ax_t, ax_b = fig.subplots(1, 2)
+    for mode, marker in zip(sweep.comm_per_step, "os^"):
+        ax_t.plot(sweep.workers, sweep.comm_per_step[mode] * 1e3, marker, ls="-",
+                  color=color("measured"), label=f"{mode} measured")
+        ax_t.plot(sweep.workers, sweep.predicted_comm[mode] * 1e3, marker, ls="--",
+                  color=color("predicted"), mfc="none", label=f"{mode} predicted")
+        ax_b.plot(sweep.workers, sweep.busiest_bytes[mode] / 1e6, marker, ls="-",
+                  color=color("measured"), label=f"{mode} measured")
+        ax_b.plot(sweep.workers, sweep.predicted_busiest_bytes[mode] / 1e6, marker, ls="--",
+                  color=color("predicted"), mfc="none", label=f"{mode} predicted")
+    ax_t.set(xlabel="workers N", ylabel="communication per step [ms]")
+    ax_b.set(xlabel="workers N", ylabel="MB through the busiest rank / step")
+    ax_t.set_xticks(sweep.workers)
+    ax_b.set_xticks(sweep.workers)
+    ax_b.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_lr_grid(grid, fig=None):
+    """Final test accuracy against the number of workers (B = n * N), one line per rule."""
+    fig = _figure(fig, 5.5, 3.4)
+    ax = fig.subplots()
+    for rule, acc in zip(grid.rules, grid.accuracy):
+        ax.plot(grid.workers, acc, "o-", label=rule)
+    ax.set(xlabel=f"workers N (global batch = {grid.per_worker_batch} N)",
+           ylabel="test accuracy", xscale="log")
+    ax.set_xticks(grid.workers, [str(w) for w in grid.workers])
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_straggler(sweep, fig=None):
+    """Step time, the straggler's compute and the others' compute against the slow factor."""
+    fig = _figure(fig, 5.5, 3.4)
+    ax = fig.subplots()
+    ax.plot(sweep.factors, sweep.time_per_step * 1e3, "o-", color=color("measured"),
+            label="time per step (every rank)")
+    ax.plot(sweep.factors, sweep.straggler_compute * 1e3, "s--", color=color("compute"),
+            label="straggler's compute")
+    ax.plot(sweep.factors, sweep.others_compute * 1e3, "^:", color=color("idle"),
+            label="others' compute")
+    ax.set(xlabel="straggler slow factor", ylabel="ms")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_scaling(s, fig=None):
+    """Step time split into compute and communication (bars), and efficiency vs the model."""
+    fig = _figure(fig, 10, 3.4)
+    ax_t, ax_e = fig.subplots(1, 2)
+    x = np.arange(len(s.workers))
+    ax_t.bar(x, s.compute * 1e3, color=color("compute"), label="compute")
+    ax_t.bar(x, s.comm * 1e3, bottom=s.compute * 1e3, color=color("comm"), label="communication")
+    ax_t.plot(x, s.predicted_step * 1e3, "D", color=color("predicted"), label="predicted step")
+    ax_t.set_xticks(x, [str(w) for w in s.workers])
+    ax_t.set(xlabel="workers N", ylabel="time per step [ms]")
+    ax_t.legend(fontsize="small")
+    ax_e.plot(s.workers, s.efficiency, "o-", color=color("measured"), label="measured")
+    ax_e.plot(s.workers, s.predicted_efficiency, "D--", color=color("predicted"),
+              label="cost model")
+    ax_e.set(xlabel="workers N", ylabel="weak-scaling efficiency T1/TN", ylim=(0, 1.1))
+    ax_e.set_xticks(s.workers)
+    ax_e.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buf)
+    return buf.getvalue()
+
+
+def live_loss(data) -> np.ndarray:
+    """The global batch loss sum_k w_k loss_k from the ranks' published series, for the
+    steps every rank has published so far."""
+    steps = min((len(d.get("loss", ())) for d in data), default=0)
+    loss = np.array([d.get("loss", [])[:steps] for d in data], float).reshape(len(data), steps)
+    weight = np.array([d.get("weight", [])[:steps] for d in data], float).reshape(len(data), steps)
+    return np.where(weight > 0, weight * loss, 0.0).sum(axis=0)
+
+
+class LiveView(widgets.VBox):
+    """``on_update`` for :func:`coursekit.live.follow`: the loss so far, the test accuracy
+    and the last step's compute/communication spans of every rank, redrawn as they arrive."""
+
+    def __init__(self):
+        self.image = widgets.Image(format="png")
+        self.label = widgets.Label("waiting for the first update ...")
+        super().__init__([self.label, self.image])
+
+    def update(self, data) -> None:
+        loss = live_loss(data)
+        fig = Figure(figsize=(10, 3))
+        ax_loss, ax_tl = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
+        ax_loss.plot(np.arange(1, loss.size + 1), loss, color=color("measured"), lw=1)
+        ax_loss.set(xlabel="step", ylabel="batch loss")
+        spans = sorted((s for d in data for s in d.get("spans", ())), key=lambda s: s[1] != "idle")
+        if spans:
+            plot_timeline([[] for _ in data], spans, ax=ax_tl, title="latest step")
+        evals = data[0].get("evals") or []
+        acc = f", test accuracy {evals[-1][1]:.3f}" if evals else ""
+        self.label.value = f"step {min(d.get('step', 0) for d in data)}{acc}"
+        self.image.value = _png(fig)
+
+
+class DataParallelPanel(widgets.VBox):
+    """Controls for one run: workers, exchange, algorithm, LR rule, per-worker batch,
+    straggler factor, bucket size; a Run button, a live progress bar, loss + timeline.
+
+    ``run(config, n_workers, on_update=...) -> DPResult``; ``base`` holds every other
+    setting. The latest result is ``panel.result``.
+    """
+
+    def __init__(self, run, max_workers: int, base: DPConfig | None = None):
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ValueError(f"max_workers must be a positive int, got {max_workers!r}")
+        self.run_fn, self.base, self.result = run, base or DPConfig(), None
+        style = {"description_width": "120px"}
+        self.workers = widgets.IntSlider(max_workers, min=1, max=max_workers,
+                                         description="workers", style=style)
+        self.exchange = widgets.Dropdown(options=EXCHANGES, value="allreduce",
+                                         description="exchange", style=style)
+        self.algorithm = widgets.Dropdown(options=ALGORITHMS["allreduce"], value="ring",
+                                          description="algorithm", style=style)
+        self.lr_rule = widgets.Dropdown(options=RULES, value="linear", description="LR rule",
+                                        style=style)
+        self.batch = widgets.IntSlider(32, min=1, max=128, description="batch / worker",
+                                       style=style)
+        self.slow = widgets.FloatSlider(1.0, min=1.0, max=8.0, step=0.5,
+                                        description="straggler x", style=style)
+        self.bucket = widgets.Dropdown(
+            options=[("one piece", None)] + [(byte_label(b * 2**20), b) for b in BUCKETS[1:]],
+            value=None, description="bucket", style=style)
+        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.progress = widgets.IntProgress(0, min=0, max=1, description="steps")
+        self.status = widgets.Label("Pick the settings and press Run.")
+        self.plot = widgets.Image(format="png")
+        self.run_button.on_click(lambda _: self.run())
+        left = widgets.VBox([self.workers, self.exchange, self.algorithm, self.lr_rule])
+        right = widgets.VBox([self.batch, self.slow, self.bucket])
+        super().__init__([widgets.HBox([left, right]),
+                          widgets.HBox([self.run_button, self.progress, self.status]), self.plot])
+
+    def config(self) -> DPConfig:
+        """The settings the controls describe (ValueError for an impossible combination)."""
+        n = self.workers.value
+        return replace(self.base, exchange=self.exchange.value, algorithm=self.algorithm.value,
+                       lr_rule=self.lr_rule.value, batch_size=self.batch.value * n,
+                       straggler_rank=0 if self.slow.value > 1 else None,
+                       slow_factor=self.slow.value,
+                       bucket_mb=self.bucket.value if self.exchange.value == "allreduce" else None)
+
+    def _on_update(self, data) -> None:
+        if data and data[0].get("total"):
+            self.progress.max = int(data[0]["total"])
+            self.progress.value = min(int(d.get("step", 0)) for d in data)
+
+    def run(self):
+        """Train with the current settings, draw, and return the DPResult."""
+        self.run_button.disabled = True
+        self.status.value = "running ..."
+        try:
+            self.result = self.run_fn(self.config(), self.workers.value, on_update=self._on_update)
+        except ValueError as err:
+            self.status.value = f"error: {err}"
+            return None
+        finally:
+            self.run_button.disabled = False
+        r = self.result
+        self.status.value = (f"{r.time_per_step * 1e3:.2f} ms/step (compute "
+                             f"{r.compute_per_step * 1e3:.2f}, communication "
+                             f"{r.comm_per_step * 1e3:.2f}); final loss {r.loss[-1]:.3f}")
+        self.plot.value = _png(plot_run(r, fig=Figure(figsize=(10, 3.4))))
+        return r

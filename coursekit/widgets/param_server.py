@@ -1,0 +1,174 @@
+"""Chapter 4 panel: train on the parameter server with the consistency model the controls pick.
+
+Thin by design: Run builds a :class:`~coursekit.parallel.ps_config.PSConfig` from the
+controls, starts it with ``start(config)`` (``lambda cfg: EngineRuns(cluster, cfg)`` on the
+live cluster, :func:`~coursekit.parallel.async_sgd.start_local` on ThreadComm ranks) and
+follows the workers' live progress (:mod:`coursekit.live`): the accuracy curves grow while
+the run goes. At the end it draws accuracy against wall-clock time and against gradients
+applied (every run so far, to compare), the staleness histogram and per-worker time.
+Plots are PNGs in ``Image`` widgets: nothing is printed, everything works headless (tests
+set ``panel.model.value = "asp"`` and call ``panel.run_button.click()``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.figure import Figure
+
+from coursekit.parallel.async_sgd import follow
+from coursekit.parallel.ps_config import PSConfig
+from coursekit.viz import color, plot_timeline
+from coursekit.widgets.backprop import figure_png
+
+__all__ = ["ParamServerPanel", "label", "plot_live", "plot_runs", "plot_worker_timeline"]
+
+
+def label(config: PSConfig) -> str:
+    """'SSP s=2, 3w/1s, straggler 5 ms' for legends."""
+    name = f"SSP s={config.staleness}" if config.model == "ssp" else config.model.upper()
+    slow = max(config.straggler.values(), default=0.0)
+    return (f"{name}, {config.n_workers}w/{config.n_servers}s"
+            + (f", straggler {slow * 1e3:g} ms" if slow else ""))
+
+
+def plot_live(data: list[dict], title: str = "") -> Figure:
+    """Accuracy against time of every worker, from the live data (one dict per rank)."""
+    fig = Figure(figsize=(5, 2.8), layout="constrained")
+    ax = fig.subplots()
+    for d in data:
+        if d.get("t"):
+            ax.plot(d["t"], d["accuracy"], ".-", ms=3, label=f"worker {d['worker']}")
+    ax.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1), title=title)
+    if ax.lines:
+        ax.legend(loc="lower right", fontsize="small")
+    return fig
+
+
+def plot_runs(results: list, fig: Figure | None = None) -> Figure:
+    """Accuracy vs time and vs gradients applied (all runs); staleness and worker time (last).
+
+    Draws into ``fig`` when given (e.g. ``plt.figure(figsize=(10, 6), layout="constrained")``
+    in a notebook), else into a new headless Figure.
+    """
+    fig = fig or Figure(figsize=(10, 6), layout="constrained")
+    (ax_t, ax_u), (ax_s, ax_w) = fig.subplots(2, 2)
+    for r in results:
+        t, applied, acc = r.curve()
+        ax_t.plot(t, acc, ".-", ms=3, label=label(r.config))
+        ax_u.plot(applied, acc, ".-", ms=3, label=label(r.config))
+    ax_t.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1))
+    ax_u.set(xlabel="mini-batch gradients applied", ylabel="test accuracy", ylim=(0, 1))
+    ax_t.legend(loc="lower right", fontsize="small")
+    last = results[-1]
+    stale = last.staleness
+    ax_s.bar(*np.unique(stale, return_counts=True), color=color("predicted"))
+    ax_s.set(xlabel="staleness (versions)", ylabel="applied gradients",
+             title=f"staleness, {label(last.config)}")
+    workers = [w for w in last.workers if w is not None]
+    x = np.array([w.worker for w in workers])
+    bottom = np.zeros(len(workers))
+    for kind, attr in (("compute", "compute_s"), ("send", "send_s"), ("idle", "idle_s")):
+        values = np.array([getattr(w, attr) for w in workers])
+        ax_w.bar(x, values, bottom=bottom, color=color(kind), label=kind)
+        bottom += values
+    for d in last.lost:
+        ax_w.annotate(f"lost at {d['t']:.1f} s", (d["worker"], 0), ha="center", va="bottom")
+    ax_w.set(xlabel="worker", ylabel="seconds", xticks=range(last.config.n_workers),
+             title="where each worker's time went")
+    ax_w.legend(loc="upper right", fontsize="small")
+    return fig
+
+
+def plot_worker_timeline(result, title: str | None = None):
+    """Every worker's compute / send / idle spans as a timeline (one row per worker)."""
+    workers = [w for w in result.workers if w is not None]
+    spans = [(row, kind, a, b) for row, w in enumerate(workers) for kind, a, b in w.spans]
+    fig = plot_timeline([[] for _ in workers], spans, arrows=False, t0=0.0,
+                        title=title or label(result.config))
+    fig.axes[0].set_yticks(range(len(workers)), [f"worker {w.worker}" for w in workers])
+    return fig
+
+
+class ParamServerPanel(widgets.VBox):
+    """Controls: consistency model, staleness bound, workers, servers, straggler delay; Run.
+
+    ``start(config)`` launches a run; ``max_ranks`` bounds servers + workers; ``base`` holds
+    every other setting (steps, lr ...). ``panel.results`` keeps every finished run.
+    """
+
+    def __init__(self, start, max_ranks: int, base: PSConfig | None = None):
+        if isinstance(max_ranks, bool) or not isinstance(max_ranks, int) or max_ranks < 2:
+            raise ValueError("max_ranks must be an int >= 2 (a server and a worker), "
+                             f"got {max_ranks!r}")
+        self.start, self.max_ranks = start, max_ranks
+        self.base = base or PSConfig(steps=100, eval_every=10, worker_timeout=2.0)
+        self.results: list = []
+        style = {"description_width": "130px"}
+        self.model = widgets.ToggleButtons(options=[("BSP", "bsp"), ("SSP", "ssp"), ("ASP", "asp")],
+                                           value="ssp", description="consistency", style=style)
+        self.staleness = widgets.IntSlider(2, min=0, max=10, description="staleness s", style=style)
+        self.workers = widgets.IntSlider(max_ranks - 1, min=1, max=max_ranks - 1,
+                                         description="workers", style=style)
+        self.servers = widgets.IntSlider(1, min=1, max=max_ranks - 1, description="server shards",
+                                         style=style)
+        self.delay = widgets.FloatSlider(0.0, min=0.0, max=20.0, step=1.0, readout_format=".0f",
+                                         description="straggler [ms]", style=style)
+        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
+        self.clear_button = widgets.Button(description="Clear runs", icon="trash")
+        self.status = widgets.Label("Pick a consistency model and press Run.")
+        self.live = widgets.Image(format="png")
+        self.plot = widgets.Image(format="png")
+        self.model.observe(lambda _: self._sync_controls(), names="value")
+        self.run_button.on_click(lambda _: self.run())
+        self.clear_button.on_click(lambda _: self.clear())
+        self._sync_controls()
+        controls = widgets.VBox([self.model, self.staleness, self.workers, self.servers,
+                                 self.delay])
+        super().__init__([controls, widgets.HBox([self.run_button, self.clear_button, self.status]),
+                          self.live, self.plot])
+
+    def _sync_controls(self) -> None:
+        self.staleness.disabled = self.model.value != "ssp"
+
+    def config(self) -> PSConfig:
+        """The PSConfig the controls describe (ValueError if they do not fit)."""
+        if self.workers.value + self.servers.value > self.max_ranks:
+            raise ValueError(f"{self.servers.value} server(s) + {self.workers.value} worker(s) "
+                             f"need more than the {self.max_ranks} ranks available")
+        delay = self.delay.value / 1e3
+        return dataclasses.replace(
+            self.base, model=self.model.value, n_workers=self.workers.value,
+            n_servers=self.servers.value,
+            staleness=self.staleness.value if self.model.value == "ssp" else 0,
+            straggler={self.workers.value - 1: delay} if delay else {})
+
+    def run(self):
+        """Run with the current settings, following it live; return the PSResult."""
+        try:
+            config = self.config()
+        except ValueError as err:
+            self.status.value = f"error: {err}"
+            return None
+        self.run_button.disabled = True
+        self.status.value = f"running {label(config)} ..."
+        try:
+            result = follow(self.start(config), config, self._update)
+        finally:
+            self.run_button.disabled = False
+        self.results.append(result)
+        self.status.value = (f"{label(config)}: {result.applied} gradients in "
+                             f"{result.wall_s:.2f} s, max staleness {result.staleness.max(initial=0)}")
+        self.plot.value = figure_png(plot_runs(self.results))
+        return result
+
+    def _update(self, data: list[dict]) -> None:
+        title = "live: accuracy of the weights each worker pulled"
+        self.live.value = figure_png(plot_live(data, title))
+
+    def clear(self) -> None:
+        self.results = []
+        self.plot.value = b""
+        self.status.value = "Cleared."

@@ -1,0 +1,245 @@
+# %% [markdown]
+# # 03 · Synchronous data-parallel SGD
+#
+# **Data parallelism**: every worker holds a full copy of the model and gets a slice of
+# every mini-batch. With $N$ workers that see $n$ examples each, worker $k$ computes the
+# mean gradient $g_k$ of its $n_k$ rows; the workers combine them into
+#
+# $$g = \sum_k \frac{n_k}{B}\, g_k \qquad (B = \textstyle\sum_k n_k = nN),$$
+#
+# which is exactly the gradient of one batch of $B$ rows, and all apply
+# $w \leftarrow w - \eta\, g$. The combination is either **centralized** (a parameter
+# server: reduce to one rank, it steps, it broadcasts the parameters) or
+# **decentralized** (an allreduce, chapter 2). Synchronous means every step waits for the
+# slowest worker. This chapter runs all of it on the engines with the MLP of chapter 1.
+
+# %%
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from coursekit import cluster, costmodel
+from coursekit.comm import setup_comm
+from coursekit.data import load_digits
+from coursekit.parallel import dp_experiments as ex
+from coursekit.parallel.data_parallel import DPConfig, train_cluster, train_local
+from coursekit.widgets import data_parallel as dpw
+
+c = cluster.start(n=4)
+setup_comm(c, timeout=10)
+c.size
+
+# %% [markdown]
+# ## 1. One data file, memory-mapped by every worker
+#
+# Each engine reads only its own rows of every batch. The lecture's I/O tip: *don't read
+# many small files, pack samples together into a few large files*. We pack the digits
+# into one file (every engine memory-maps it; the OS keeps one copy for all of them) and,
+# for comparison, write one file per sample.
+
+# %%
+from coursekit.datafile import pack, write_samples
+
+digits = load_digits(dtype=np.float64)
+workdir = Path(tempfile.mkdtemp(prefix="coursekit-ch03-"))
+packed = pack(digits.X_train, digits.y_train, workdir / "digits.pack")
+per_sample = write_samples(digits.X_train, digits.y_train, workdir / "samples")
+len(packed), len(list((workdir / "samples").glob("*.npy")))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+rows = np.random.default_rng(0).permutation(len(packed))[:256]
+for name, source in [("one packed file (memory-mapped)", packed),
+                     ("one file per sample", per_sample)]:
+    t0 = time.perf_counter()
+    for _ in range(5):
+        source.rows(rows)
+    print(f"{name:32s}: {(time.perf_counter() - t0) / 5 * 1e3:7.2f} ms per batch of 256")
+
+# %% [markdown]
+# ## 2. Synchronous allreduce SGD is serial SGD on the big batch
+#
+# `train_cluster` runs `train_worker` on every engine: read my rows, forward + backward,
+# allreduce the weighted gradient, step. Chapter 1's serial `train` with batch $B$ and the
+# same seed gives the same parameters (here in float64, to rounding).
+
+# %%
+from coursekit.nn import MLP, train
+
+cfg = DPConfig(sizes=(64, 32, 10), dtype="float64", batch_size=64, epochs=2, lr=0.1,
+               momentum=0.9, seed=0)
+dp = train_cluster(c, cfg, packed, (digits.X_test, digits.y_test))
+serial = MLP(cfg.sizes, dtype=np.float64, seed=0)
+history = train(serial, digits.X_train, digits.y_train, epochs=2, batch_size=64, lr=0.1,
+                momentum=0.9, seed=0)
+np.allclose(dp.params, serial.params, rtol=1e-10, atol=1e-12), dp.test_accuracy.round(3)
+
+# %% [markdown]
+# ## 3. Watch it live
+#
+# The engines publish their loss, test accuracy and the spans of their latest step while
+# they train (`coursekit.live`); the notebook polls and redraws, with a progress bar.
+
+# %%
+live_view = dpw.LiveView()
+live_view
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+run_live = replace(cfg, dtype="float32", epochs=8, eval_every=20, publish_interval=0.25)
+result = train_cluster(c, run_live, packed, (digits.X_test, digits.y_test),
+                       on_update=live_view.update, progress=True)
+print(f"final test accuracy {result.test_accuracy[-1]:.3f}")
+
+# %% [markdown]
+# ## 4. Parameter server vs allreduce
+#
+# With the link model $t = \alpha + n\beta$ (fitted below, as in chapter 2) and a
+# reduction cost $\gamma$ per byte, one step's exchange of an $n$-byte gradient costs
+#
+# | exchange | time per step | bytes through the busiest rank |
+# |---|---|---|
+# | ring allreduce | $2(N-1)\alpha + 2\frac{N-1}{N} n\beta + \frac{N-1}{N} n\gamma$ | $4\frac{N-1}{N}n$ |
+# | parameter server (linear reduce + broadcast) | $2(N-1)\alpha + 2(N-1) n\beta + (N-1) n\gamma$ | $2(N-1)n$ (the server) |
+#
+# The server's traffic grows with $N$; a ring rank's stays below $4n$.
+
+# %%
+def one_way(nbytes, iters):
+    from coursekit.comm import engine_comm
+    from coursekit.comm.examples import ping_pong
+    return ping_pong(engine_comm(), nbytes, iters)
+
+
+sizes = np.array([64, 4096, 65536, 262144, 1048576])
+times = np.array([c.run(one_way, int(n), 20)[0] for n in sizes])
+link = costmodel.fit(sizes, times)
+gamma = np.median(c.run(ex.measure_gamma))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"alpha ~ {link.alpha * 1e6:.0f} us, 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s, "
+      f"gamma ~ {gamma * 1e12:.0f} ps/B")
+
+# %%
+big = DPConfig(sizes=(64, 256, 256, 10), batch_size=32, epochs=1, max_steps=30, lr=0.05,
+               timeline_steps=3)
+on_engines = ex.cluster_runner(c, packed)
+sweep = ex.sweep_exchange(on_engines, big, [1, 2, 3, 4], link.alpha, link.beta, gamma)
+dpw.plot_exchange_sweep(sweep)
+plt.show()
+
+# %% [markdown]
+# The bytes are counted from the engines' traces; they match the cost model's
+# (`costmodel.traffic`; a ring's uneven chunks shift a few bytes between sent and
+# received). The times are noisy on a laptop with more engines than cores.
+
+# %%
+{mode: bool(np.allclose(sweep.busiest_bytes[mode], sweep.predicted_busiest_bytes[mode],
+                        rtol=1e-3)) for mode in sweep.busiest_bytes}
+
+# %% [markdown]
+# ## 5. Batch size and learning rate
+#
+# $N$ workers of $n$ examples make an effective batch of $nN$: fewer, less noisy steps
+# per epoch. The lecture's rules for the learning rate tuned for one worker:
+# $\eta N$ (linear), $\eta\sqrt N$ (sqrt), linear with a gradual warmup from $\eta$ to
+# $\eta N$ over the first steps (Goyal et al. 2017), or leave it (constant). "No exact
+# science: experiment." Since data-parallel SGD *is* large-batch SGD (section 2), we run
+# this grid on threads in this process, which is quicker than on engines.
+
+# %%
+grid_cfg = DPConfig(sizes=(64, 32, 10), epochs=6, lr=0.02, warmup_steps=20, eval_every=0)
+on_threads = ex.local_runner((digits.X_train, digits.y_train), (digits.X_test, digits.y_test))
+grid = ex.lr_rule_grid(on_threads, grid_cfg, [1, 2, 4, 8, 16],
+                       ("constant", "sqrt", "linear", "linear_warmup"), per_worker_batch=16)
+dpw.plot_lr_grid(grid)
+plt.show()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print("test accuracy (rows: rule, columns: workers", grid.workers.tolist(), ")")
+for rule, acc in zip(grid.rules, grid.accuracy):
+    print(f"{rule:14s}", " ".join(f"{a:.3f}" for a in acc))
+
+# %% [markdown]
+# With a constant rate, more workers means fewer steps of the same size: accuracy drops.
+# Scaling the rate with $N$ keeps it up until the batch gets very large.
+#
+# ## 6. Stragglers
+#
+# Worker 0 is made slower by a factor (its compute spans are stretched). Everybody's step
+# time follows the straggler: the others wait in the allreduce.
+
+# %%
+strag = ex.straggler_sweep(on_engines, big, 4, [1, 2, 4, 6])
+dpw.plot_straggler(strag)
+plt.show()
+
+# %% [markdown]
+# ## 7. Buckets and overlap
+#
+# The backward pass produces the gradient from the last layer to the first. Instead of
+# waiting for all of it, cut the flat buffer into buckets (here 1 MB) and allreduce each
+# one as soon as its layers are done, on a background thread, while the earlier layers
+# still compute (purple: backward; green/orange: the reducer's messages). Timelines of the
+# last step on 2 engines, 256 examples each: one piece; buckets sent after the backward;
+# buckets overlapped with it. Smaller buckets start earlier but pay the latency
+# $\alpha$ once per bucket.
+
+# %%
+overlap_cfg = replace(big, sizes=(64, 512, 512, 512, 10), batch_size=512, timeline_steps=1,
+                      max_steps=10)
+fig, axes = plt.subplots(3, 1, figsize=(9, 6), sharex=False)
+for ax, (title, bucket, overlap) in zip(axes, [("one piece", None, False),
+                                               ("1 MB buckets after the backward", 1.0, False),
+                                               ("1 MB buckets overlapped", 1.0, True)]):
+    res = on_engines(replace(overlap_cfg, bucket_mb=bucket, overlap=overlap), 2)
+    dpw.plot_timeline_of(res, ax=ax, title=f"{title}: {res.time_per_step * 1e3:.1f} ms/step")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 8. Scaling: 1, 2, 4 engines against the cost model
+#
+# Weak scaling: every worker keeps 32 examples per step, so $N$ workers process $N$ times
+# more per step. Perfect scaling keeps the step time constant (efficiency
+# $T_1/T_N = 1$); the model predicts $T_N = t_\text{compute} + t_\text{comm}(N)$.
+
+# %%
+sc = ex.scaling(on_engines, replace(big, max_steps=40), [1, 2, 4], link.alpha, link.beta, gamma)
+dpw.plot_scaling(sc)
+plt.show()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for n, step, comp, comm, pred in zip(sc.workers, sc.step, sc.compute, sc.comm, sc.predicted_comm):
+    print(f"N={n}: step {step * 1e3:6.2f} ms = compute {comp * 1e3:6.2f} + comm {comm * 1e3:6.2f}"
+          f" (predicted comm {pred * 1e3:6.2f} ms)")
+
+# %% [markdown]
+# ## 9. Try it
+#
+# Workers, exchange, allreduce algorithm, learning-rate rule, batch per worker, a
+# straggler and the bucket size. Press Run: the engines train while the progress bar moves.
+
+# %%
+panel = dpw.DataParallelPanel(ex.cluster_runner(c, packed, (digits.X_test, digits.y_test)),
+                              max_workers=c.size, base=replace(big, max_steps=40))
+panel
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+panel.run_button.click()
+panel.status.value
+
+# %% [markdown]
+# ## Stop the cluster
+
+# %%
+c.stop()
+c

@@ -1,0 +1,193 @@
+# %% [markdown]
+# # 04 · Parameter server and asynchronous SGD
+#
+# In chapter 3 every worker waited for every other at every step. A **parameter server**
+# (PS) makes the waiting a choice. It holds the weights; workers
+#
+# 1. **pull** the weights `w` from the server,
+# 2. compute a gradient `g` on their own mini-batch,
+# 3. **push** `g` to the server, which applies the update rule (SGD `w ← w − lr·g`, or
+#    momentum) itself.
+#
+# A large model does not fit one server: the flat parameter buffer is split into
+# contiguous **shards**, one per server rank, and workers push and pull every shard.
+# Each shard keeps a **version** (updates applied) and every worker's **clock**
+# (iterations pushed). How long a worker may wait, or not, is the **consistency model**:
+#
+# | model | a worker at clock `c` may compute when | updates applied | staleness |
+# |---|---|---|---|
+# | BSP (bulk synchronous) | everyone has pushed `c − 1` | mean of all `W` gradients, once per iteration | 0 |
+# | SSP, bound `s` (stale synchronous) | `c − min_clock ≤ s` | mean per iteration, as soon as all have pushed it | `0 … s` |
+# | ASP (asynchronous, Downpour) | always | every push, the moment it arrives | unbounded |
+#
+# The **staleness** of a gradient is the shard's version when it is applied minus the
+# version it was computed on. SSP with `s = 0` is BSP; DistBelief's **Downpour SGD** is
+# ASP where workers fetch the weights every `n_fetch` steps and push their summed gradients
+# every `n_push` steps, usually after a synchronous **warm-up**.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from coursekit import cluster
+from coursekit.comm import setup_comm
+from coursekit.data import load_digits
+from coursekit.parallel.async_sgd import PSConfig, train_local, train_on_cluster
+
+c = cluster.start(n=4)
+setup_comm(c)
+digits = load_digits()
+c.size
+
+# %% [markdown]
+# Rank 0 is the server shard, ranks 1–3 are workers (with two shards: ranks 0–1 serve,
+# the others work). Every worker trains an MLP 64–32–10 on its third of the digits.
+#
+# ## 1. BSP, and SSP with s = 0
+#
+# Both runs use the same seed; SSP's server answers a pull only when the clock gate
+# allows it, BSP's server marches every worker in lockstep. With `s = 0` the gate makes
+# every worker read exactly the weights BSP would give it:
+
+# %%
+common = dict(n_workers=3, steps=150, dtype="float64")
+bsp = train_on_cluster(c, PSConfig(model="bsp", **common))
+ssp0 = train_on_cluster(c, PSConfig(model="ssp", staleness=0, jitter=0.001, **common))
+np.array_equal(bsp.params, ssp0.params), int(ssp0.staleness.max()), bsp.applied
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(bsp.summary())
+print(f"test accuracy {bsp.accuracy(digits.X_test, digits.y_test):.3f}")
+
+# %% [markdown]
+# ## 2. Who waits? BSP against SSP when workers are unevenly slow
+#
+# Real workers are not equally fast: another job on the node, a garbage collection,
+# a slow disk. We add a random delay to every step (exponential, mean 3 ms, drawn by
+# each worker). BSP waits for the slowest worker at **every** step; SSP with `s = 3`
+# lets the others run ahead up to three iterations and absorbs the bumps.
+# Grey is idle (waiting for weights), blue compute, orange pushing.
+
+# %%
+from coursekit.widgets.param_server import plot_runs, plot_worker_timeline
+
+jittery = dict(n_workers=3, steps=40, jitter=0.003)
+bsp_j = train_on_cluster(c, PSConfig(model="bsp", **jittery))
+ssp_j = train_on_cluster(c, PSConfig(model="ssp", staleness=3, **jittery))
+for r in (bsp_j, ssp_j):
+    plot_worker_timeline(r, title=f"{r.config.model.upper()}: {r.wall_s:.2f} s, "
+                         f"idle {np.nanmean(r.idle_s) / r.wall_s:.0%} of the time")
+plt.show()
+
+# %% [markdown]
+# The price of SSP is staleness: a gradient can be applied up to `s` versions after the
+# weights it was computed on, never more. ASP has no bound at all:
+
+# %%
+asp_j = train_on_cluster(c, PSConfig(model="asp", **jittery))
+fig, axes = plt.subplots(1, 3, figsize=(10, 2.8), sharey=True, layout="constrained")
+for ax, r, name in zip(axes, (bsp_j, ssp_j, asp_j), ("BSP", "SSP s=3", "ASP")):
+    values, counts = np.unique(r.staleness, return_counts=True)
+    ax.bar(values, counts)
+    ax.set(title=name, xlabel="staleness (versions)")
+axes[0].set_ylabel("applied gradients")
+plt.show()
+
+# %%
+[int(r.staleness.max()) <= bound for r, bound in ((bsp_j, 0), (ssp_j, 3))]
+
+# %% [markdown]
+# ## 3. Try it: the panel
+#
+# Pick a consistency model, the staleness bound, the number of workers and of server
+# shards (together at most the 4 engines), and a straggler: the last worker sleeps that
+# long at every step. Run adds a run to the comparison: accuracy against **wall-clock
+# time** (what you wait for) and against **gradients applied** (what the optimizer got),
+# the staleness histogram and where each worker's time went. While it runs, the top plot
+# shows each worker's accuracy live.
+#
+# Things to try: a 10 ms straggler with BSP, then SSP s = 2 and s = 8, then ASP; two
+# server shards; ASP's accuracy per update against BSP's.
+
+# %%
+from coursekit.parallel.async_sgd import EngineRuns
+from coursekit.widgets.param_server import ParamServerPanel
+
+panel = ParamServerPanel(lambda config: EngineRuns(c, config), max_ranks=c.size)
+panel
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+panel.delay.value = 5.0
+for model in ("bsp", "asp"):
+    panel.model.value = model
+    panel.run_button.click()
+panel.status.value
+
+# %% [markdown]
+# ## 4. Downpour: fetch every n_fetch, push every n_push, after a warm-up
+#
+# With `n_fetch = n_push = 5` a worker talks to the server five times less often; between
+# fetches it steps its own copy of the weights. The first `warmup = 20` iterations run
+# synchronously: early gradients are large, and stale large gradients are what makes
+# asynchronous training diverge.
+
+# %%
+downpour = train_on_cluster(c, PSConfig(model="asp", n_workers=3, steps=150, n_fetch=5,
+                                        n_push=5, warmup=20, jitter=0.001))
+first = downpour.servers[0].staleness[:20 * 3]
+int(first.max()), downpour.applied
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+plot_runs([bsp, downpour], fig=plt.figure(figsize=(10, 6), layout="constrained"))
+plt.show()
+
+# %% [markdown]
+# ## 5. A worker dies
+#
+# In synchronous training one dead worker stops everything: the server waits for its
+# gradient forever (here: until `worker_timeout`, then BSP raises). Asynchronous training
+# carries on. We run ASP and **kill worker 1's engine process** (SIGKILL) at its step 60;
+# the server notices that it has been silent for `worker_timeout = 1 s`, declares it lost,
+# and the others finish. The server also **checkpoints** its state every 50 updates.
+
+# %%
+import tempfile
+
+ckpt = tempfile.mkdtemp(prefix="coursekit-ps-")
+faulty = PSConfig(model="asp", n_workers=3, steps=150, crash={1: 60}, worker_timeout=1.0,
+                  jitter=0.001, checkpoint_every=50, checkpoint_dir=ckpt)
+crashed = train_on_cluster(c, faulty)
+[d["worker"] for d in crashed.lost], [d["clock"] for d in crashed.lost], crashed.workers[1]
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(crashed.summary())
+
+# %% [markdown]
+# The job is restarted from the last checkpoint every shard wrote, with three workers
+# again (here on threads, since one engine is gone). The server's weights, momentum,
+# version and clocks come back: no update applied before the checkpoint is lost, and the
+# workers carry on from the clocks the server recorded.
+
+# %%
+from coursekit.parallel.ps_checkpoint import latest_version
+
+saved = latest_version(ckpt, 1)
+restart = train_local(PSConfig(model="asp", n_workers=3, steps=150, resume=True,
+                               checkpoint_dir=ckpt), digits)
+saved, restart.servers[0].version > saved, [w.status for w in restart.workers]
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"checkpoint at version {saved}; after the restart: version {restart.servers[0].version}, "
+      f"test accuracy {restart.accuracy(digits.X_test, digits.y_test):.3f}")
+
+# %% [markdown]
+# ## Stop the cluster
+
+# %%
+c.stop()
+c

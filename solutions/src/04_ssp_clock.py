@@ -1,0 +1,66 @@
+# %% [markdown]
+# # Exercise 04 · The SSP clock gate
+#
+# A parameter-server shard keeps every worker's **clock**: the number of iterations it
+# has pushed. Under **stale synchronous parallel** (SSP) with staleness bound `s`, a
+# worker that asks for the weights before its iteration `clock` gets an answer only when
+#
+# $$\text{clock} - \min_{\text{live workers } j} \text{clock}_j \;\le\; s,$$
+#
+# i.e. it is at most `s` iterations ahead of the slowest live worker. Until then the
+# shard keeps the request waiting (the worker idles). The shard averages the gradients of
+# iteration `k` and applies them once every live worker has pushed iteration `k`, so a
+# worker released at `clock` reads weights that contain all iterations before
+# `clock - s`: the gradient it computes is applied at most `s` versions late.
+#
+# * `s = 0` is BSP: everyone waits for everyone at every step.
+# * `s = ∞` would be ASP, except that SSP still averages per iteration.
+#
+# Write the gate the shard asks before answering a pull. `clocks` holds the clocks of the
+# live workers (a NumPy int array; the asking worker's own clock is among them; workers
+# declared lost are not). Return `True` to answer now, `False` to keep the worker waiting.
+#
+# The check asks your gate about small cases, then runs the real parameter server
+# (threads in this process, random delays) with it: no gradient may be staler than `s`,
+# the slowest worker must never be blocked (that would deadlock), and `s = 0` must give
+# exactly BSP's weights.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from coursekit.grading.ch04 import check_ssp_gate
+
+
+def ssp_gate(clock, clocks, staleness):
+    """True if a worker at ``clock`` may proceed: clock - min(clocks) <= staleness."""
+    ### BEGIN SOLUTION: compare how far clock is ahead of the slowest clock with the bound
+    return bool(clock - np.min(clocks) <= staleness)
+    ### END SOLUTION
+
+
+# %%
+check_ssp_gate(ssp_gate)
+
+# %% [markdown]
+# ## Your gate at work
+#
+# Three workers, the third one 4 ms slower per step than the others. With a larger bound
+# the fast workers wait less (idle time falls) and their gradients get staler (the
+# histogram spreads), never beyond `s`.
+
+# %%
+from coursekit.data import load_digits
+from coursekit.parallel.async_sgd import PSConfig, train_local
+
+digits = load_digits()
+bounds = (0, 2, 6)
+fig, axes = plt.subplots(1, len(bounds), figsize=(10, 2.8), sharey=True, layout="constrained")
+for ax, s in zip(axes, bounds):
+    config = PSConfig(model="ssp", staleness=s, n_workers=3, steps=60, straggler={2: 0.004})
+    result = train_local(config, digits, gate=ssp_gate)
+    values, counts = np.unique(result.staleness, return_counts=True)
+    ax.bar(values, counts)
+    ax.set(title=f"s = {s}: max staleness {result.staleness.max()}", xlabel="staleness")
+axes[0].set_ylabel("applied gradients")
+plt.show()

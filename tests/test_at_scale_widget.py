@@ -1,0 +1,81 @@
+"""The chapter-7 panel, driven headlessly: controls -> the simulator's numbers, readout, plot."""
+
+import numpy as np
+import pytest
+
+from coursekit.sim import resnet50
+from coursekit.sim.step import Stragglers, scaling
+from coursekit.widgets.at_scale import EPOCH_IMAGES, GPU_COUNTS, AtScalePanel, experiment
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def reference(gpus, algorithm, fusion_mb, fp16, batch, jitter=0.0):
+    """The same setting computed straight from coursekit.sim (what the panel must show)."""
+    work = resnet50.workload(batch=batch)
+    res = scaling(work, resnet50.case_study_network(1), [gpus // 8], algorithm=algorithm,
+                  fusion_bytes=fusion_mb * 2**20, fp16=fp16,
+                  stragglers=Stragglers(jitter=jitter) if jitter else None)
+    return res["efficiency"][0], res["throughput"][0]
+
+
+def test_default_panel_matches_the_pure_functions():
+    panel = AtScalePanel()
+    r = panel.result
+    eff, thr = reference(1024, "hierarchical", 64, True, 64)
+    assert r.gpus == 1024 and r.step.p == 1024
+    assert r.efficiency == pytest.approx(eff) and r.images_per_s == pytest.approx(thr)
+    assert r.minutes_90_epochs == pytest.approx(EPOCH_IMAGES / thr / 60)
+    assert r.curve["gpus"].tolist() == list(GPU_COUNTS)
+    assert f"{eff:.1%}" in panel.readout.value and f"{thr:,.0f}" in panel.readout.value
+    assert f"{EPOCH_IMAGES / thr / 60:.1f}</b> min" in panel.readout.value
+    assert panel.plot.value[:8] == PNG
+
+
+def test_controls_change_the_result_consistently():
+    panel = AtScalePanel()
+    before_plot = panel.plot.value
+    panel.gpus.value = 2048
+    panel.batch.value = 32  # the case study at 2048 GPUs: the same 64K global batch
+    eff, thr = reference(2048, "hierarchical", 64, True, 32)
+    assert panel.result.efficiency == pytest.approx(eff)
+    assert panel.result.step.samples == 2048 * 32
+    assert panel.plot.value != before_plot
+    assert "2048 GPUs" in panel.readout.value
+
+    panel.fp16.value = False  # FP32 gradients: twice the bytes on the wire
+    assert panel.result.step.bucket_bytes.sum() == pytest.approx(4 * 25_557_032)
+    assert panel.result.efficiency == pytest.approx(reference(2048, "hierarchical", 64, False, 32)[0])
+
+    panel.fusion.value = 0  # one allreduce per tensor
+    assert panel.result.step.bucket_bytes.size == 161
+    hier = panel.result.efficiency
+    panel.algorithm.value = "ring"  # flat ring, unfused: 2(p-1) latencies per tensor
+    assert panel.result.efficiency == pytest.approx(reference(2048, "ring", 0, False, 32)[0])
+    assert panel.result.efficiency < hier / 2
+
+
+def test_more_gpus_never_raise_efficiency_and_stragglers_cost_more_at_scale():
+    panel = AtScalePanel(gpus=8)
+    eff = panel.result.curve["efficiency"]
+    assert np.all(np.diff(eff[1:]) <= 1e-12)  # beyond one node, every doubling costs
+    clean = panel.result.efficiency
+    panel.jitter.value = 0.1
+    assert panel.result.slowest > 1 and panel.result.efficiency < clean
+    assert "slowest GPU" in panel.readout.value
+    small_loss = 1 - panel.result.efficiency / clean
+    panel.gpus.value = 4096
+    big = panel.result
+    no_jitter = experiment(gpus=4096)
+    assert 1 - big.efficiency / no_jitter.efficiency > small_loss  # the max of more draws
+    assert big.slowest == pytest.approx(Stragglers(jitter=0.1).factors(4096).max())
+
+
+def test_bad_settings():
+    with pytest.raises(ValueError, match="gpus must be one of"):
+        experiment(gpus=1000)
+    with pytest.raises(ValueError, match="fusion_mb"):
+        experiment(fusion_mb=-1)
+    panel = AtScalePanel(network={"inter_bandwidth": -1.0})
+    assert panel.result is None and panel.readout.value.startswith("error:")
+    assert "inter_bandwidth" in panel.readout.value

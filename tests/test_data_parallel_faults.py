@@ -1,0 +1,105 @@
+"""Faults and bad input: a dying worker stops the run and names itself; resume from a
+checkpoint gives the uninterrupted run's parameters; bad settings get clear errors."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from coursekit.data import load_digits
+from coursekit.parallel import checkpoint
+from coursekit.parallel.buckets import make_buckets, ready_after_layer
+from coursekit.parallel.data_parallel import DPConfig, WorkerCrashed, train_local
+
+
+@pytest.fixture(scope="module")
+def data():
+    d = load_digits(dtype=np.float64)
+    return d.X_train[:200], d.y_train[:200]
+
+
+def cfg(**kw):
+    return replace(DPConfig(sizes=(64, 16, 10), dtype="float64", batch_size=24, epochs=3, lr=0.1,
+                            momentum=0.9, seed=1, publish_interval=0.0), **kw)
+
+
+@pytest.mark.parametrize("exchange", ["allreduce", "ps", "average"])
+def test_resume_after_a_crash_gives_the_uninterrupted_parameters(data, tmp_path, exchange):
+    """Crash in epoch 2 (step 13 of 27), checkpoints every 5 steps: resume from step 10."""
+    config = cfg(exchange=exchange, average_every=2 if exchange == "average" else 1,
+                 checkpoint_dir=str(tmp_path), checkpoint_every=5)
+    whole = train_local(replace(config, checkpoint_dir=str(tmp_path / "whole")), data, 3)
+    with pytest.raises(WorkerCrashed, match=r"worker rank 2 crashed at step 13"):
+        train_local(replace(config, crash_rank=2, crash_step=13), data, 3, timeout=5)
+    assert checkpoint.latest_step(tmp_path, 3) == 10
+    resumed = train_local(config, data, 3, resume=True)
+    assert resumed.first_step == 10
+    np.testing.assert_array_equal(resumed.params, whole.params)  # bit for bit
+    np.testing.assert_array_equal(resumed.loss, whole.loss[10:])
+
+
+def test_only_the_last_complete_checkpoints_are_kept(data, tmp_path):
+    train_local(cfg(checkpoint_dir=str(tmp_path), checkpoint_every=4), data, 2)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"ckpt-{s:08d}-rank{r}.npz" for s in (20, 24) for r in (0, 1)]
+    assert checkpoint.latest_step(tmp_path, 2) == 24
+    assert checkpoint.latest_step(tmp_path, 3) is None  # rank 2 never wrote
+
+
+def test_resume_refuses_a_different_run(data, tmp_path):
+    train_local(cfg(checkpoint_dir=str(tmp_path), checkpoint_every=4), data, 2)
+    with pytest.raises(ValueError, match="no complete checkpoint for 3 workers"):
+        train_local(cfg(checkpoint_dir=str(tmp_path)), data, 3, resume=True)
+    with pytest.raises(ValueError, match="written by a different run"):
+        train_local(cfg(checkpoint_dir=str(tmp_path), lr=0.2), data, 2, resume=True)
+    with pytest.raises(ValueError, match="resume=True needs config.checkpoint_dir"):
+        train_local(cfg(), data, 2, resume=True)
+
+
+def test_a_dead_worker_stops_the_others_within_the_timeout(data):
+    """The others block in the allreduce; run_local aborts them and names the dead rank."""
+    with pytest.raises(WorkerCrashed, match=r"\[rank 1 of 4\] worker rank 1 crashed at step 3"):
+        train_local(cfg(crash_rank=1, crash_step=3), data, 4, timeout=2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batch_size=0), r"batch_size \(the global batch, split over the workers\) must be an integer >= 1"),
+    (dict(bucket_mb=0), r"bucket_mb \(MB per gradient bucket; None = one piece\)=0: must be > 0"),
+    (dict(bucket_mb=1, exchange="ps"), r"bucket_mb applies to exchange='allreduce' only"),
+    (dict(lr_rule="exponential"), r"unknown learning-rate rule 'exponential'; allowed: constant, linear, sqrt, linear_warmup"),
+    (dict(exchange="gossip"), r"unknown exchange 'gossip'; allowed: allreduce, ps, average"),
+    (dict(algorithm="tree"), r"unknown allreduce algorithm 'tree'; allowed: ring, reduce_bcast"),
+    (dict(crash_rank=1), r"give both crash_rank and crash_step"),
+    (dict(checkpoint_every=3), r"checkpoint_every > 0 needs a checkpoint_dir"),
+    (dict(slow_factor=0.5), r"slow_factor=0.5: must be >= 1"),
+    (dict(momentum=1.0), r"momentum=1.0: must be in \[0, 1\)"),
+    (dict(dtype="int32"), r"dtype must be float32 or float64"),
+])
+def test_bad_settings_are_rejected_with_what_is_allowed(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cfg(**kwargs)
+
+
+@pytest.mark.parametrize("n, message", [
+    (0, "the number of workers must be a positive integer; got 0"),
+    (-2, "the number of workers must be a positive integer; got -2"),
+    (25, r"batch_size=24 is smaller than the number of workers \(25\)"),
+])
+def test_bad_worker_counts_are_rejected(data, n, message):
+    with pytest.raises(ValueError, match=message):
+        train_local(cfg(), data, n)
+
+
+def test_fault_ranks_must_be_workers(data):
+    with pytest.raises(ValueError, match=r"straggler_rank=5 is not a worker: allowed 0..3"):
+        train_local(cfg(straggler_rank=5, slow_factor=2.0), data, 4)
+
+
+def test_buckets_cover_the_buffer_from_its_end():
+    buckets = make_buckets(10, 8, 24 / 2**20)  # 3 float64 per bucket
+    assert buckets == [slice(7, 10), slice(4, 7), slice(1, 4), slice(0, 1)]
+    # layers start at 0, 5, 8: bucket [7, 10) starts in layer 1, so it is ready once layer 1
+    # (computed before layer 0) is done; [4, 7) starts in layer 0; none waits for layer 2 alone
+    assert ready_after_layer(buckets, [0, 5, 8]) == [[1, 2, 3], [0], []]
+    with pytest.raises(ValueError, match="bucket_mb must be a number of megabytes > 0"):
+        make_buckets(10, 8, 0)

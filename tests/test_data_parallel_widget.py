@@ -1,0 +1,73 @@
+"""The chapter-3 panel and plots, driven headlessly on ThreadComm ranks."""
+
+from dataclasses import replace
+
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+
+from coursekit.data import load_digits  # noqa: E402
+from coursekit.parallel import dp_experiments as ex  # noqa: E402
+from coursekit.parallel.data_parallel import DPConfig  # noqa: E402
+from coursekit.widgets import data_parallel as w  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def run():
+    d = load_digits()
+    return ex.local_runner((d.X_train[:256], d.y_train[:256]), (d.X_test, d.y_test))
+
+
+BASE = DPConfig(sizes=(64, 16, 10), epochs=1, max_steps=12, publish_interval=0.01)
+
+
+def test_panel_runs_with_the_controls_values(run):
+    panel = w.DataParallelPanel(run, max_workers=4, base=BASE)
+    panel.workers.value = 3
+    panel.exchange.value = "allreduce"
+    panel.algorithm.value = "recursive_doubling"
+    panel.batch.value = 8
+    panel.slow.value = 2.0
+    panel.bucket.value = 0.01
+    panel.run_button.click()
+    r = panel.result
+    assert r is not None, panel.status.value
+    assert (r.n_workers, r.config.batch_size, r.config.algorithm) == (3, 24, "recursive_doubling")
+    assert (r.config.straggler_rank, r.config.slow_factor, r.config.bucket_mb) == (0, 2.0, 0.01)
+    assert panel.progress.value == panel.progress.max == 11  # ceil(256 rows / 24)
+    assert panel.plot.value[:4] == b"\x89PNG"
+    assert "ms/step" in panel.status.value
+
+
+def test_panel_reports_bad_settings_in_its_status(run):
+    def two_engines(config, n, **kw):  # like train_cluster on a 2-engine cluster
+        if n > 2:
+            raise ValueError(f"workers={n} but the cluster has 2 engines")
+        return run(config, n, **kw)
+
+    panel = w.DataParallelPanel(two_engines, max_workers=4, base=BASE)
+    panel.run_button.click()
+    assert panel.result is None
+    assert panel.status.value == "error: workers=4 but the cluster has 2 engines"
+    assert not panel.run_button.disabled
+    with pytest.raises(ValueError, match="max_workers"):
+        w.DataParallelPanel(run, max_workers=0)
+
+
+def test_experiments_and_their_plots(run):
+    sweep = ex.sweep_exchange(run, BASE, [1, 2, 3], alpha=1e-5, beta=1e-9)
+    nbytes = 1210 * 4  # the 64-16-10 gradient in float32
+    assert sweep.predicted_busiest_bytes["ps"].tolist() == [0, 2 * nbytes, 4 * nbytes]
+    np.testing.assert_allclose(sweep.busiest_bytes["ps"], sweep.predicted_busiest_bytes["ps"])
+    grid = ex.lr_rule_grid(run, BASE, [1, 2], ("constant", "linear"), per_worker_batch=8)
+    assert grid.accuracy.shape == (2, 2) and np.isfinite(grid.accuracy).all()
+    strag = ex.straggler_sweep(run, BASE, 2, [1.0, 3.0])
+    assert strag.straggler_compute[1] > strag.others_compute[1]
+    sc = ex.scaling(run, replace(BASE, batch_size=8), [1, 2], alpha=1e-5, beta=1e-9)
+    assert sc.efficiency[0] == 1 and sc.predicted_comm[0] == 0
+    for fig in (w.plot_exchange_sweep(sweep), w.plot_lr_grid(grid), w.plot_straggler(strag),
+                w.plot_scaling(sc), w.plot_run(run(BASE, 2))):
+        assert fig.axes
+    assert ex.measure_gamma(1 << 16, 2) > 0

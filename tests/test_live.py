@@ -1,0 +1,69 @@
+"""Live progress: worker-side Reporter/publish, notebook-side follow, on local ranks."""
+
+import threading
+
+import pytest
+
+from coursekit import live
+
+
+def counting(comm, steps, gate=None):
+    reporter = live.Reporter(interval=0.0)
+    for step in range(steps):
+        if gate is not None and step == steps // 2:
+            gate.wait(10)
+        reporter.log(step=step + 1, total=steps, loss=float(comm.rank * 100 + step))
+    reporter.close()
+    return comm.rank
+
+
+def test_follow_sees_updates_while_the_run_is_going_and_returns_its_result():
+    gate = threading.Event()
+    seen = []
+
+    def on_update(data):
+        seen.append([dict(d) for d in data])
+        if all(d.get("step", 0) >= 10 for d in data):
+            gate.set()  # the ranks wait here halfway: we saw them mid-run
+
+    run = live.start_local(counting, 2, 20, gate, timeout=10)
+    assert live.follow(run, on_update, interval=0.01, progress=False, timeout=30) == [0, 1]
+    assert any(all(10 <= d["step"] < 20 for d in snap) for snap in seen)
+    final = seen[-1]
+    assert [d["step"] for d in final] == [20, 20]
+    assert final[1]["loss"] == [100.0 + s for s in range(20)]  # the whole series, no gaps
+
+
+def test_reporter_throttles_but_always_sends_the_last_values():
+    got = []
+    live._local.sink = got.append
+    try:
+        reporter = live.Reporter(interval=3600)
+        for step in range(5):
+            reporter.log(step=step, loss=step * 1.0)
+        assert len(got) == 1  # only the first log went out
+        reporter.close()
+    finally:
+        live._local.sink = None
+    assert got[-1]["step"] == 4 and got[-1]["loss"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert got[-1]["seq"] == 2
+
+
+def test_publish_outside_an_engine_or_local_run_is_a_no_op():
+    live.publish(step=1)  # neither a sink nor an engine: dropped, no error
+
+
+def test_follow_reraises_the_run_error_and_times_out():
+    def broken(comm):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match=r"\[rank 0 of 1\] boom"):
+        live.follow(live.start_local(broken, 1), interval=0.01, progress=False)
+    slow = threading.Event()
+    run = live.start_local(lambda comm: slow.wait(10), 1, timeout=15)
+    with pytest.raises(TimeoutError, match="did not finish within 0.1 s"):
+        live.follow(run, interval=0.01, progress=False, timeout=0.1)
+    slow.set()
+    run.get(10)
+    with pytest.raises(ValueError, match="interval must be > 0"):
+        live.follow(run, interval=0)

@@ -1,0 +1,62 @@
+"""The chapter 4 panel, driven headlessly on ThreadComm ranks; live progress and plots."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from coursekit.parallel.async_sgd import PSConfig, follow, start_local  # noqa: E402
+from coursekit.widgets.param_server import (ParamServerPanel, plot_runs,  # noqa: E402
+                                            plot_worker_timeline)
+
+BASE = PSConfig(steps=30, eval_every=5, worker_timeout=2.0)
+
+
+def test_live_progress_reaches_the_notebook_side():
+    seen = []
+    config = PSConfig(model="asp", n_workers=2, steps=40, eval_every=5, jitter=0.002)
+    result = follow(start_local(config), config, on_update=seen.append)
+    assert seen, "on_update was never called"
+    last = seen[-1]
+    assert last[0] == {} and [d["worker"] for d in last[1:]] == [0, 1]  # the shard publishes nothing
+    for d in last[1:]:
+        assert d["status"] == "finished" and len(d["accuracy"]) == len(d["t"]) == 8
+    assert [list(w.curve_t) for w in result.workers] == [d["t"] for d in last[1:]]
+
+
+def test_panel_runs_each_consistency_model_and_keeps_them_for_comparison():
+    panel = ParamServerPanel(start_local, max_ranks=4, base=BASE)
+    assert panel.staleness.disabled is False
+    panel.staleness.value = 1
+    panel.run_button.click()
+    panel.model.value = "asp"
+    assert panel.staleness.disabled is True
+    panel.delay.value = 3.0
+    panel.run_button.click()
+    assert [r.config.model for r in panel.results] == ["ssp", "asp"]
+    ssp, asp = panel.results
+    assert ssp.config.staleness == 1 and ssp.staleness.max() <= 1
+    assert asp.config.staleness == 0 and asp.config.straggler == {2: 0.003}
+    assert bytes(panel.plot.value)[:4] == bytes(panel.live.value)[:4] == b"\x89PNG"
+    assert "ASP, 3w/1s, straggler 3 ms" in panel.status.value
+    panel.clear_button.click()
+    assert panel.results == []
+
+
+def test_panel_refuses_more_ranks_than_it_has():
+    panel = ParamServerPanel(start_local, max_ranks=4, base=BASE)
+    panel.servers.value = 2
+    panel.workers.value = 3
+    assert panel.run() is None
+    assert panel.status.value == "error: 2 server(s) + 3 worker(s) need more than the 4 ranks available"
+
+
+def test_plots_show_every_run_and_a_lost_worker():
+    from coursekit.parallel.async_sgd import train_local
+    result = train_local(PSConfig(model="asp", n_workers=3, steps=20, crash={0: 5},
+                                  worker_timeout=0.3, eval_every=5))
+    fig = plot_runs([result, result])
+    assert len(fig.axes[0].lines) == 2
+    assert any("lost at" in t.get_text() for t in fig.axes[3].texts)
+    timeline = plot_worker_timeline(result)
+    assert [t.get_text() for t in timeline.axes[0].get_yticklabels()] == [
+        "worker 0", "worker 1", "worker 2"]
