@@ -103,12 +103,15 @@ def _no_rows(mlp, grad, exchange) -> float:
     return float("nan")
 
 
-def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool = False) -> RankResult:
+def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool = False,
+                 gradient_sum=None) -> RankResult:
     """Run the whole training on this rank (every rank of ``comm`` calls it).
 
     ``data``: a row source of :mod:`coursekit.datafile` (each worker reads only its rows),
     an ``(X, y)`` pair or a packed file's path. ``eval_data``: ``(X_test, y_test)`` for the
     test accuracy on rank 0. ``resume``: start from the newest complete checkpoint.
+    ``gradient_sum``: another way to sum the gradients (see :class:`.exchange.Exchange`),
+    e.g. :func:`coursekit.parallel.compression.experiment.dp_gradient_sum`.
     """
     cfg = config
     n, rank = cfg.check_workers(comm.size), comm.rank
@@ -129,7 +132,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     kept_spans: deque = deque()
     evals: list[tuple[int, float]] = []
     was_tracing, mark = comm.tracing, len(comm.trace)
-    exchange = Exchange(comm, cfg, mlp, opt, rec)
+    exchange = Exchange(comm, cfg, mlp, opt, rec, gradient_sum)
     try:
         for i, step in enumerate(range(start, total)):
             if rank == cfg.crash_rank and step == cfg.crash_step:
@@ -194,7 +197,8 @@ def _restore(cfg, rank, n, mlp, opt, sampler) -> int:
 
 
 def train_local(config: DPConfig, data, n_workers: int, eval_data=None, *, resume: bool = False,
-                timeout: float = 30.0, on_update=None, progress: bool = False) -> DPResult:
+                timeout: float = 30.0, on_update=None, progress: bool = False,
+                gradient_sum=None) -> DPResult:
     """Train on ``n_workers`` ThreadComm ranks in this process (tests, exercises, quick demos).
 
     ``on_update(data)`` / ``progress``: follow the run live (:func:`coursekit.live.follow`).
@@ -203,28 +207,29 @@ def train_local(config: DPConfig, data, n_workers: int, eval_data=None, *, resum
     n = config.check_workers(n_workers)
     if on_update is None and not progress:
         results = run_local(train_worker, n, config, data, eval_data, resume=resume,
-                            timeout=timeout)
+                            gradient_sum=gradient_sum, timeout=timeout)
     else:
         run = live.start_local(train_worker, n, config, data, eval_data, resume=resume,
-                               timeout=timeout)
+                               gradient_sum=gradient_sum, timeout=timeout)
         results = live.follow(run, on_update, progress=progress, interval=config.publish_interval
                               or 0.1)
     return combine(config, results)
 
 
-def _engine_train(config, data, eval_data, n_workers, resume):
+def _engine_train(config, data, eval_data, n_workers, resume, gradient_sum):
     """Engine side of :func:`train_cluster`: ranks >= n_workers sit this run out."""
     from coursekit.comm import engine_comm
 
     from .groups import first_ranks
 
     comm = first_ranks(engine_comm(), n_workers)
-    return None if comm is None else train_worker(comm, config, data, eval_data, resume=resume)
+    return None if comm is None else train_worker(comm, config, data, eval_data, resume=resume,
+                                                  gradient_sum=gradient_sum)
 
 
 def train_cluster(cluster, config: DPConfig, data, eval_data=None, *, workers: int | None = None,
                   resume: bool = False, timeout: float = 120.0, on_update=None,
-                  progress: bool = False) -> DPResult:
+                  progress: bool = False, gradient_sum=None) -> DPResult:
     """Train on the engines of ``cluster`` (after ``setup_comm(cluster)``): the first
     ``workers`` of them (default all). ``data`` should be a :class:`~coursekit.datafile.PackedFile`
     (each engine maps it) or a small ``(X, y)`` pair (shipped to every engine).
@@ -236,7 +241,7 @@ def train_cluster(cluster, config: DPConfig, data, eval_data=None, *, workers: i
     n = config.check_workers(cluster.size if workers is None else workers)
     if n > cluster.size:
         raise ValueError(f"workers={n} but the cluster has {cluster.size} engines")
-    ar = cluster.view.apply_async(_engine_train, config, data, eval_data, n, resume)
+    ar = cluster.view.apply_async(_engine_train, config, data, eval_data, n, resume, gradient_sum)
     try:
         results = live.follow(ar, on_update, progress=progress, timeout=timeout,
                               interval=config.publish_interval or 0.1)

@@ -43,10 +43,18 @@ class Exchange:
     ``layer_done(l)`` is called by the backward pass after layer l (it launches the
     buckets that just became ready when overlapping); ``update(step, grad, weight, lr)``
     finishes the exchange and updates ``params`` (via ``optimizer``).
+
+    ``gradient_sum``: replaces the allreduce of the weighted gradients by another way to
+    sum them over the workers, built per rank as ``gradient_sum(comm, mlp)`` ->
+    ``fn(weighted_grad) -> sum over ranks`` (chapter 6 plugs compressed exchanges in here).
     """
 
-    def __init__(self, comm, config, mlp, optimizer, recorder):
+    def __init__(self, comm, config, mlp, optimizer, recorder, gradient_sum=None):
         self.comm, self.cfg, self.mlp, self.opt, self.rec = comm, config, mlp, optimizer, recorder
+        if gradient_sum is not None and (config.exchange != "allreduce" or config.bucket_mb is not None):
+            raise ValueError("gradient_sum replaces the allreduce of whole gradients: it needs "
+                             "exchange='allreduce' and bucket_mb=None")
+        self.gradient_sum = None if gradient_sum is None else gradient_sum(comm, mlp)
         self.buckets = None
         self.reducer = None
         self._seen, self._steps = 0.0, 0  # local SGD: sum of weights, steps since averaging
@@ -100,6 +108,10 @@ class Exchange:
                                     check=False)
 
     def _allreduce_grad(self, grad, weight):
+        if self.gradient_sum is not None:
+            with self.rec.comm():
+                grad[...] = self.gradient_sum(grad * weight)
+            return
         if self.reducer is None:
             with self.rec.comm():
                 grad *= weight
