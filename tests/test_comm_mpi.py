@@ -110,7 +110,54 @@ def check_trace(comm):
     assert ops == sorted([("send", r, (r + 1) % p, 80), ("recv", (r - 1) % p, r, 80)]), ops
 
 
-CHECKS = [check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
+def check_collectives_equal_mpi_own(comm):
+    """Every coursekit collective and algorithm on MpiComm == mpi4py's native collective."""
+    from mpi4py import MPI
+
+    from coursekit import collectives as C
+    world, p, r = MPI.COMM_WORLD, comm.size, comm.rank
+    x = np.arange(6 * p, dtype=np.float64) * (r + 1) - 3 * r  # divisible by p: no v-variants
+    ops = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+    for op, mpi_op in ops.items():
+        want = np.empty_like(x)
+        world.Allreduce(x, want, op=mpi_op)
+        for algorithm in C.ALGORITHMS["allreduce"]:
+            np.testing.assert_allclose(C.allreduce(comm, x, op=op, algorithm=algorithm), want,
+                                       rtol=1e-12, err_msg=f"allreduce {algorithm} {op}")
+        for algorithm in C.ALGORITHMS["reduce"]:
+            got = C.reduce(comm, x, root=1, op=op, algorithm=algorithm)
+            native = np.empty_like(x) if r == 1 else None
+            world.Reduce(x, native, op=mpi_op, root=1)
+            if r == 1:
+                np.testing.assert_allclose(got, native, rtol=1e-12, err_msg=f"reduce {algorithm}")
+        for algorithm in C.ALGORITHMS["reduce_scatter"]:
+            native = np.empty(6, np.float64)
+            world.Reduce_scatter_block(x, native, op=mpi_op)
+            np.testing.assert_allclose(C.reduce_scatter(comm, x, op=op, algorithm=algorithm),
+                                       native, rtol=1e-12, err_msg=f"reduce_scatter {algorithm}")
+    for algorithm in C.ALGORITHMS["bcast"]:
+        native = x.copy()
+        world.Bcast(native, root=2 % p)
+        np.testing.assert_array_equal(C.bcast(comm, x, root=2 % p, algorithm=algorithm), native)
+    for algorithm in C.ALGORITHMS["allgather"]:
+        native = np.empty(6 * p * p)
+        world.Allgather(x, native)
+        np.testing.assert_array_equal(C.allgather(comm, x, algorithm=algorithm), native)
+    for algorithm in C.ALGORITHMS["alltoall"]:
+        native = np.empty_like(x)
+        world.Alltoall(x, native)
+        np.testing.assert_array_equal(C.alltoall(comm, x, algorithm=algorithm), native)
+    native = np.empty(6 * p * p) if r == 0 else None
+    world.Gather(x, native, root=0)
+    got = C.gather(comm, x, root=0)
+    if r == 0:
+        np.testing.assert_array_equal(got, native)
+    native = np.empty(6)
+    world.Scatter(x if r == 0 else None, native, root=0)
+    np.testing.assert_array_equal(C.scatter(comm, x if r == 0 else None, root=0), native)
+
+
+CHECKS = [check_collectives_equal_mpi_own, check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
           check_timeout, check_barrier, check_private_context, check_trace]
 
 

@@ -21,12 +21,13 @@ _START_TIMEOUT = 60.0  # seconds for n fresh interpreters to import numpy + zmq 
 
 
 def run_procs(fn, n: int, *args, timeout: float = 30.0, trace: bool = False,
-              interface: str = "127.0.0.1", **kwargs) -> list:
+              interface: str = "127.0.0.1", may_die=(), **kwargs) -> list:
     """Run ``fn(comm, *args, **kwargs)`` on ``n`` processes; return the results in rank order.
 
     Raises the first rank's exception (with its rank) if one fails, CommError if a process
-    dies without answering or the run exceeds ``timeout`` after startup. Every process is
-    killed before this returns.
+    dies without answering or the run exceeds ``timeout`` after startup. Ranks in
+    ``may_die`` are allowed to die after startup (fault experiments): their result is None.
+    Every process is killed before this returns.
     """
     if not callable(fn):
         raise TypeError(f"run_procs needs a function fn(comm, ...), got {type(fn).__name__}")
@@ -46,7 +47,7 @@ def run_procs(fn, n: int, *args, timeout: float = 30.0, trace: bool = False,
         for down in downs:
             down.put(addresses)
         results = [None] * n
-        for kind, rank, value in _collect(up, procs, n, timeout + 10.0, "finish"):
+        for kind, rank, value in _collect(up, procs, n, timeout + 10.0, "finish", set(may_die)):
             if kind == "err":
                 raise add_rank(value, rank, n)
             results[rank] = value
@@ -62,8 +63,11 @@ def run_procs(fn, n: int, *args, timeout: float = 30.0, trace: bool = False,
             q.cancel_join_thread()
 
 
-def _collect(up, procs, n, limit, phase):
-    """Yield n messages from the ranks; CommError if one dies or ``limit`` seconds pass."""
+def _collect(up, procs, n, limit, phase, may_die=frozenset()):
+    """Yield n messages from the ranks; CommError if one dies or ``limit`` seconds pass.
+
+    A rank in ``may_die`` that died yields ("dead", rank, None) instead.
+    """
     deadline = now() + limit
     seen = set()
     while len(seen) < n:
@@ -71,6 +75,10 @@ def _collect(up, procs, n, limit, phase):
             item = up.get(timeout=0.2)
         except queue.Empty:
             dead = [r for r, p in enumerate(procs) if r not in seen and not p.is_alive()]
+            for rank in [r for r in dead if r in may_die]:
+                seen.add(rank)
+                yield "dead", rank, None
+            dead = [r for r in dead if r not in may_die]
             if dead:
                 raise CommError(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode}) "
                                 f"before it could {phase}") from None
