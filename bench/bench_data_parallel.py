@@ -28,8 +28,7 @@ def bare_allreduce(nbytes, n_workers, repeats):
     import numpy as np
 
     from coursekit.collectives.timing import time_collective
-    from coursekit.comm import engine_comm
-    from coursekit.parallel.groups import first_ranks
+    from coursekit.comm import engine_comm, first_ranks
 
     comm = first_ranks(engine_comm(), n_workers)
     if comm is None:

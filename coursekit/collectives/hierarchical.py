@@ -27,42 +27,19 @@ import numbers
 
 import numpy as np
 
+from coursekit.comm.group import subcomm
+
 from ._base import chunk_bounds, prepare
 from .allgather import ring_allgather
 from .allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from .reduce_scatter import ring_reduce_scatter
 from .tags import tag
 
-__all__ = ["GroupComm", "hierarchical_allreduce", "node_groups"]
+__all__ = ["hierarchical_allreduce", "node_groups"]
 
 _INTRA_RS, _INTER, _INTRA_AG = 4, 4, 5
 """Phases of the allreduce tag block. Intra-node messages only join ranks of one node and
 inter-node messages only ranks of different nodes, so phases 1 and 2 may share a tag."""
-
-
-class GroupComm:
-    """The ranks ``members`` (parent ranks) of ``parent`` seen as a comm of their own.
-
-    Group rank i is parent rank ``members[i]``; only what the ring algorithms need
-    (rank, size, send, recv, sendrecv) is provided.
-    """
-
-    def __init__(self, parent, members):
-        self.parent = parent
-        self.members = list(members)
-        self.rank = self.members.index(parent.rank)
-        self.size = len(self.members)
-
-    def send(self, array, dest: int, tag: int = 0) -> None:
-        self.parent.send(array, self.members[dest], tag)
-
-    def recv(self, source: int, tag: int, out=None):
-        return self.parent.recv(self.members[source], tag, out)
-
-    def sendrecv(self, sendbuf, dest: int, source: int, sendtag: int = 0, recvtag: int = 0,
-                 out=None):
-        return self.parent.sendrecv(sendbuf, self.members[dest], self.members[source],
-                                    sendtag, recvtag, out)
 
 
 def node_groups(size: int, *, ranks_per_node=None, nodes=None) -> list[list[int]]:
@@ -95,8 +72,8 @@ def node_groups(size: int, *, ranks_per_node=None, nodes=None) -> list[list[int]
 def _hierarchical(comm, buf, ufunc, groups, inter_algorithm):
     mine = next(g for g in groups if comm.rank in g)
     local = mine.index(comm.rank)
-    intra = GroupComm(comm, mine)
-    inter = GroupComm(comm, [g[local] for g in groups])
+    intra = subcomm(comm, mine)
+    inter = subcomm(comm, [g[local] for g in groups])
     bounds = chunk_bounds(buf.size, len(mine))
     ring_reduce_scatter(intra, buf, bounds, ufunc, tag("allreduce", _INTRA_RS))
     chunk = buf[bounds[local]:bounds[local + 1]]  # a view: reduced in place

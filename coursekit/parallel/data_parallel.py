@@ -218,9 +218,7 @@ def train_local(config: DPConfig, data, n_workers: int, eval_data=None, *, resum
 
 def _engine_train(config, data, eval_data, n_workers, resume, gradient_sum):
     """Engine side of :func:`train_cluster`: ranks >= n_workers sit this run out."""
-    from coursekit.comm import engine_comm
-
-    from .groups import first_ranks
+    from coursekit.comm import engine_comm, first_ranks
 
     comm = first_ranks(engine_comm(), n_workers)
     return None if comm is None else train_worker(comm, config, data, eval_data, resume=resume,

@@ -24,7 +24,7 @@ import numpy as np
 from coursekit import live
 from coursekit.data import _positive_int, load_digits, shard
 from coursekit.nn import MLP, SGD
-from coursekit.parallel.groups import first_ranks
+from coursekit.comm import first_ranks
 
 from . import COMPRESSORS, make_compressor
 from .communicator import exchange, predict_seconds
