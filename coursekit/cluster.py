@@ -105,9 +105,19 @@ def _register_engine(rank: int, size: int, mpi: bool, local_rank: int, local_siz
     return _this_engine
 
 
+#: Set by MPI launchers (MPICH/Hydra and Intel MPI, Open MPI, PMIx) in every process they start.
+MPI_LAUNCHER_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+
+
 def _probe_engine() -> tuple[int | None, str]:
-    """Runs on each engine: (its MPI rank if it is one of several MPI processes, its host)."""
+    """Runs on each engine: (its MPI rank if it is one of several MPI processes, its host).
+
+    mpi4py is imported only in processes an MPI launcher started: initializing MPI in
+    every plain engine would cost time and, on some systems, hang.
+    """
     host = socket.gethostname()
+    if not any(name in os.environ for name in MPI_LAUNCHER_VARIABLES):
+        return None, host
     try:
         from mpi4py import MPI
     except ImportError:
