@@ -291,23 +291,16 @@ panel
 # Setting the controls from code redraws the panel, as moving them by hand does:
 
 # %%
-import re
-
-
-def readout():
-    print(re.sub("<[^>]+>", "", panel.readout.value))  # the readout without its HTML
-
-
-readout()
+print(panel.status.value)
 panel.gpus.value = 2048
 panel.batch.value = 32
-readout()
+print(panel.status.value)
 panel.fusion.value = 0
 panel.algorithm.value = "ring"
-readout()
+print(panel.status.value)
 panel.fusion.value = 64
 panel.jitter.value = 0.05
-readout()
+print(panel.status.value)
 
 # %% [markdown]
 # ## 7. Hierarchical allreduce, for real
@@ -450,23 +443,10 @@ from coursekit.sim.validate import validate
 
 def on_pair(fn, *args):
     """Engine side: fn(comm of ranks 0 and 1, *args) on those two; None on the others."""
-    import numpy as np
+    from coursekit.comm import engine_comm, first_ranks
 
-    from coursekit.collectives.hierarchical import GroupComm
-    from coursekit.comm import engine_comm
-
-    class Pair(GroupComm):
-        """Some ranks of a comm as a comm of their own, with a barrier."""
-
-        def barrier(self):
-            token, step = np.zeros(1, np.uint8), 1
-            while step < self.size:  # dissemination barrier: log2(size) rounds
-                self.sendrecv(token, (self.rank + step) % self.size,
-                              (self.rank - step) % self.size, sendtag=99, recvtag=99)
-                step *= 2
-
-    comm = engine_comm()
-    return fn(Pair(comm, [0, 1]), *args) if comm.rank < 2 else None
+    pair = first_ranks(engine_comm(), 2)
+    return None if pair is None else fn(pair, *args)
 
 
 def run_two(fn, *args):
