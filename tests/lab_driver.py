@@ -1,8 +1,8 @@
 """Drive a real JupyterLab in a real headless Chromium, as a student would.
 
 The lab is started with the README's own command (``make lab``) on a free
-loopback port, with temporary runtime and settings folders (autosave off, so
-the test never writes into the course's notebooks). The browser is Debian's
+loopback port, with temporary runtime, settings and checkpoint folders (autosave
+off, so the test never writes into the course's notebooks). The browser is Debian's
 Chromium driven by Playwright; no browser is downloaded.
 """
 
@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -50,7 +51,9 @@ class Lab:
         env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
                    JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(workdir / "ws"))
         self.process = subprocess.Popen(
-            ["make", "lab", f"PORT={self.port}", "LAB_ARGS=--no-browser"],
+            ["make", "lab", f"PORT={self.port}",
+             # checkpoints JupyterLab makes on opening go to the temp dir, not the course
+             f"LAB_ARGS=--no-browser --FileCheckpoints.checkpoint_dir={workdir / 'checkpoints'}"],
             cwd=repo, env=env, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -72,7 +75,26 @@ class Lab:
         return self.log_path.read_text(errors="replace")
 
     def url(self, path: str = "") -> str:
-        return f"http://127.0.0.1:{self.port}/lab/tree/{path}?token={self.token}"
+        """``path`` opened in a fresh workspace (``reset``: no tab of an earlier visit comes
+        back and starts a kernel)."""
+        return f"http://127.0.0.1:{self.port}/lab/tree/{path}?reset&token={self.token}"
+
+    def kernels(self) -> list[dict]:
+        """The kernels the server runs now (its REST API)."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/kernels",
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response)
+
+    def shut_down_kernels(self) -> list[str]:
+        """Shut down every kernel the server runs (after a failed test); return their ids."""
+        ids = [k["id"] for k in self.kernels()]
+        for kernel_id in ids:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{self.port}/api/kernels/{kernel_id}", method="DELETE",
+                headers={"Authorization": f"token {self.token}"})
+            urllib.request.urlopen(request, timeout=30).close()
+        return ids
 
     def stop(self) -> None:
         """SIGTERM the whole session (make, jupyter, kernels); kill it if it lingers."""
@@ -108,11 +130,34 @@ def wait_for_kernel_idle(page, timeout_ms: int) -> None:
     )
 
 
-def run_all_cells(page, timeout_ms: int = 120_000) -> None:
-    """Clear every output, run every cell, wait until none is queued or running."""
+def run_all_cells(page, timeout_ms: int = 120_000, *, but_last: bool = False) -> None:
+    """Clear every output, run every cell (``but_last``: all above the last one, e.g. to
+    use a panel before the last cell stops the cluster), wait until none is queued or running."""
     menu(page, "Edit", "Clear Outputs of All Cells")
     page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea-output').length === 0")
-    menu(page, "Run", "Run All Cells")
+    if but_last:
+        select_last_cell(page)
+        menu(page, "Run", "Run All Above Selected Cell")
+    else:
+        menu(page, "Run", "Run All Cells")
+    wait_until_executed(page, timeout_ms)
+
+
+def select_last_cell(page) -> None:
+    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").last.click()
+
+
+def run_last_cell(page, timeout_ms: int = 60_000) -> None:
+    """Run the notebook's last cell from the menu and wait for it."""
+    select_last_cell(page)
+    menu(page, "Run", "Run Selected Cell and Do not Advance")  # no new cell below
+    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").last.filter(
+        has_text=re.compile(r"\[\d+\]")).wait_for(timeout=timeout_ms)
+    wait_until_executed(page, timeout_ms)
+
+
+def wait_until_executed(page, timeout_ms: int) -> None:
+    """No cell queued or running, the kernel idle, some output shown."""
     page.wait_for_function(
         """() => {
             const prompts = [...document.querySelectorAll('.jp-InputArea-prompt')];
@@ -123,6 +168,23 @@ def run_all_cells(page, timeout_ms: int = 120_000) -> None:
         }""",
         timeout=timeout_ms,
     )
+
+
+def shut_down_kernel(page, lab: Lab, timeout: float = 30) -> None:
+    """Kernel > Shut Down Kernel (confirming if asked); wait until the server has no kernel."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    menu(page, "Kernel", "Shut Down Kernel")
+    accept = page.locator(".jp-Dialog .jp-mod-accept")
+    try:
+        accept.click(timeout=2_000)
+    except PlaywrightTimeout:
+        pass  # no confirmation asked
+    deadline = time.monotonic() + timeout
+    while lab.kernels():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"kernels still running {timeout} s after Shut Down Kernel")
+        time.sleep(0.2)
 
 
 def error_outputs(page) -> list[str]:

@@ -1,4 +1,4 @@
-"""The chapter-7 panel, driven headlessly: controls -> the simulator's numbers, readout, plot."""
+"""The chapter-7 panel, driven headlessly: controls -> the simulator's numbers, status, plot."""
 
 import numpy as np
 import pytest
@@ -27,8 +27,8 @@ def test_default_panel_matches_the_pure_functions():
     assert r.efficiency == pytest.approx(eff) and r.images_per_s == pytest.approx(thr)
     assert r.minutes_90_epochs == pytest.approx(EPOCH_IMAGES / thr / 60)
     assert r.curve["gpus"].tolist() == list(GPU_COUNTS)
-    assert f"{eff:.1%}" in panel.readout.value and f"{thr:,.0f}" in panel.readout.value
-    assert f"{EPOCH_IMAGES / thr / 60:.1f}</b> min" in panel.readout.value
+    assert f"{eff:.1%}" in panel.status.value and f"{thr:,.0f}" in panel.status.value
+    assert f"90 epochs in {EPOCH_IMAGES / thr / 60:.1f} min" in panel.status.value
     assert panel.plot.value[:8] == PNG
 
 
@@ -41,7 +41,7 @@ def test_controls_change_the_result_consistently():
     assert panel.result.efficiency == pytest.approx(eff)
     assert panel.result.step.samples == 2048 * 32
     assert panel.plot.value != before_plot
-    assert "2048 GPUs" in panel.readout.value
+    assert "2048 GPUs" in panel.status.value
 
     panel.fp16.value = False  # FP32 gradients: twice the bytes on the wire
     assert panel.result.step.bucket_bytes.sum() == pytest.approx(4 * 25_557_032)
@@ -62,7 +62,7 @@ def test_more_gpus_never_raise_efficiency_and_stragglers_cost_more_at_scale():
     clean = panel.result.efficiency
     panel.jitter.value = 0.1
     assert panel.result.slowest > 1 and panel.result.efficiency < clean
-    assert "slowest GPU" in panel.readout.value
+    assert "slowest GPU" in panel.status.value
     small_loss = 1 - panel.result.efficiency / clean
     panel.gpus.value = 4096
     big = panel.result
@@ -77,5 +77,5 @@ def test_bad_settings():
     with pytest.raises(ValueError, match="fusion_mb"):
         experiment(fusion_mb=-1)
     panel = AtScalePanel(network={"inter_bandwidth": -1.0})
-    assert panel.result is None and panel.readout.value.startswith("error:")
-    assert "inter_bandwidth" in panel.readout.value
+    assert panel.result is None and panel.status.value.startswith("error:")
+    assert "inter_bandwidth" in panel.status.value

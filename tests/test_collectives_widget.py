@@ -15,6 +15,7 @@ def test_panel_runs_and_follows_the_controls():
     panel.ranks.value = 3
     panel.size.value = 1 << 14
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     r = panel.result
     assert (r.collective, r.algorithm, r.p) == ("bcast", "scatter_allgather", 3)
     assert r.nbytes.tolist() == [1 << 10, 1 << 12, 1 << 14]

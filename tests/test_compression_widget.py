@@ -27,6 +27,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
     panel.error_feedback.value = False
     panel.workers.value = 2
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     assert calls == [(2, Setup("qsgd", 16, False, epochs=2, seed=4), None)]
     result = panel.results[-1]
     assert result.p == 2 and len(result.test_accuracy) == 2
@@ -40,9 +41,11 @@ def test_parameterless_compressors_disable_the_value_slider_and_runs_accumulate(
     panel.compressor.value = "sign"
     assert panel.value.disabled and panel.setup().value is None
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     panel.compressor.value = "powersgd"
     assert not panel.value.disabled and panel.value.options[0] == ("1", 1)
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     assert [r.setup.label for r in panel.results] == ["sign + EF", "powersgd rank=2 + EF"]
     panel.clear_button.click()
     assert panel.results == [] and panel.plot.value == b""

@@ -28,10 +28,12 @@ def test_panel_runs_each_consistency_model_and_keeps_them_for_comparison():
     assert panel.staleness.disabled is False
     panel.staleness.value = 1
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     panel.model.value = "asp"
     assert panel.staleness.disabled is True
     panel.delay.value = 3.0
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     assert [r.config.model for r in panel.results] == ["ssp", "asp"]
     ssp, asp = panel.results
     assert ssp.config.staleness == 1 and ssp.staleness.max() <= 1

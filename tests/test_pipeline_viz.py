@@ -23,9 +23,23 @@ def test_one_bar_per_action(name, v):
     assert len(bars) == sum(len(spans) for spans in res.timeline)
     forward = [b for b, s in zip(bars, (s for spans in res.timeline for s in spans)) if s.action.kind == "F"]
     assert all(np.allclose(b.get_facecolor()[0][:3], to_rgba(color("forward"))[:3]) for b in forward)
-    hatched = sum(b.get_hatch() is not None for b in bars)
-    assert hatched == (18 if name == "zb_h1" else 0)  # the W bars
+    weight = [b for b, s in zip(bars, (s for spans in res.timeline for s in spans)) if s.action.kind == "W"]
+    assert len(weight) == (18 if name == "zb_h1" else 0)
+    assert all(b.get_hatch() is not None for b in weight)
+    assert all(np.allclose(b.get_facecolor()[0][:3], to_rgba(color("weight_grad"))[:3]) for b in weight)
+    assert sum(b.get_hatch() is not None for b in bars) == len(weight)
+    idle = [p for p in ax.patches if np.allclose(p.get_facecolor()[:3], to_rgba(color("idle"))[:3])]
+    assert len(idle) == 3 and all(p.get_width() == pytest.approx(res.total_time) for p in idle)
     assert ax.get_xlim()[1] == pytest.approx(res.total_time)
+    assert ax.get_xlabel() == "time [time units]"
+    assert "idle (bubble)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+
+
+def test_measured_timelines_say_their_unit():
+    res = simulate(schedule("gpipe", 2, 2), t_f=1.0, t_b=2.0)
+    fig = plot_schedule(res.timeline, unit="ms")
+    assert fig.axes[0].get_xlabel() == "time [ms]"
     plt.close(fig)
 
 

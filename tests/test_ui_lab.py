@@ -1,16 +1,23 @@
 """The course as students meet it: `make lab`, a real Chromium, notebooks run from the menu.
 
-Screenshots are saved under artifacts/ui/. Needs Debian's chromium and the
-playwright package (both installed by .ci/run; playwright comes with the test
-extra). Without a browser the test is skipped locally, and fails under CI.
+One JupyterLab serves every notebook, one after another. Each chapter notebook with a
+panel is run from the menu up to its last cell (which stops the cluster), then a control
+of its panel is moved and Run clicked, and the panel's status and plot must change to what
+the new setting gives; then the last cell runs, no cell may show an error, and the
+kernel is shut down from the menu. Screenshots are saved under artifacts/ui/. Needs
+Debian's chromium and the playwright package (both installed by .ci/run; playwright comes
+with the test extra). Without a browser the test is skipped locally, and fails under CI.
 """
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
-from lab_driver import CHROMIUM, CHROMIUM_ARGS, Lab, error_outputs, open_notebook, run_all_cells
+from lab_driver import (CHROMIUM, CHROMIUM_ARGS, Lab, error_outputs, open_notebook,
+                        run_all_cells, run_last_cell, shut_down_kernel)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts" / "ui"
@@ -42,11 +49,12 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
+def page(browser, lab):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     yield page
     context.close()
+    lab.shut_down_kernels()  # what a failed test left (each test shuts down its own)
 
 
 def shoot(page, name: str) -> None:
@@ -63,3 +71,122 @@ def test_setup_notebook_runs_top_to_bottom_in_the_browser(lab, page):
     assert any("<CourseCluster 4 engines, started here" in text for text in outputs)
     assert any("[(0, 4), (1, 4), (2, 4), (3, 4)]" in text for text in outputs)
     assert any("<CourseCluster stopped" in text for text in outputs)  # the last cell ran
+    shut_down_kernel(page, lab)
+
+
+# ---- the chapter panels -----------------------------------------------------------------------
+
+def select(label: str, option: str):
+    """Pick ``option`` in the panel's dropdown described ``label``."""
+    return lambda panel: panel.locator(".widget-dropdown", has_text=label).locator(
+        "select").select_option(label=option)
+
+
+def toggle(option: str):
+    """Press the toggle button ``option`` of the panel."""
+    return lambda panel: panel.locator(".widget-toggle-button", has_text=option).click()
+
+
+def slide(label: str, key: str, times: int):
+    """Move the panel's slider described ``label`` with the keyboard, like a student."""
+    def move(panel):
+        handle = panel.locator(".widget-slider", has_text=label).locator(".noUi-handle")
+        handle.focus()
+        for _ in range(times):
+            handle.press(key)
+    return move
+
+
+def steps(*moves):
+    return lambda panel: [move(panel) for move in moves]
+
+
+@dataclass
+class Visit:
+    """A chapter's panel: which control to move, and the status its Run must end with."""
+
+    notebook: str
+    move: Callable
+    expect: str  # regex the status line must match after Run
+    last_cell_stops_cluster: bool = True
+    engine_killed: bool = False  # the notebook killed an engine: Restart cluster first
+
+
+VISITS = [
+    Visit("01_backprop_numba", steps(slide("epochs", "ArrowLeft", 3), select("activation", "tanh")),
+          r"^test accuracy [\d.]+% after 17 epochs", last_cell_stops_cluster=False),
+    Visit("02_collectives", select("collective", "bcast"),
+          r"^largest: [\d.e+-]+ ms measured, [\d.e+-]+ ms predicted$"),
+    Visit("03_data_parallel", select("exchange", "ps"), r"^[\d.]+ ms/step \(compute"),
+    Visit("04_param_server_async", toggle("BSP"), r"^BSP, 3w/1s, straggler 5 ms: \d+ gradients",
+          engine_killed=True),  # section 5 kills worker 1's engine on purpose
+    Visit("05_model_pipeline_parallel", select("schedule", "gpipe"),
+          r"^bubble 33\.3% of 4 x "),  # (p-1)/(m+p-1) with p=4, m=6 left by the notebook
+    Visit("06_compression", steps(select("compressor", "topk"), slide("ratio", "ArrowRight", 1)),
+          r"^topk ratio=0.03 \+ EF: [\d.]+% test"),
+    Visit("07_at_scale", toggle("hierarchical"), r"^2048 GPUs: efficiency [\d.]+%"),  # was: ring
+]
+
+
+@pytest.mark.parametrize("visit", VISITS, ids=lambda v: v.notebook)
+def test_chapter_panel_runs_in_the_browser(lab, page, visit):
+    open_notebook(page, lab, f"notebooks/{visit.notebook}.ipynb")
+    # the last cell stops the cluster: run it after using the panel
+    run_all_cells(page, timeout_ms=180_000, but_last=visit.last_cell_stops_cluster)
+    assert error_outputs(page) == []
+    panel = page.locator(".ck-panel")
+    status, plot = panel.locator(".ck-status"), panel.locator(".ck-plot")
+    panel.scroll_into_view_if_needed()
+    before_text, before_plot = status.inner_text(), plot.screenshot()
+
+    visit.move(panel)
+    if visit.engine_killed:  # the panel notices, offers a new cluster, and runs on it
+        click_run(page, panel, r"^the cluster is gone \(engine\(s\) of rank 2 died\): press Restart")
+        panel.locator(".ck-restart").click()
+        wait_for_status(page, r"^new cluster ready")
+    click_run(page, panel, visit.expect, before_text)
+    plot_changed(page, plot, before_plot)
+    # a simulated chapter (5, 7) already showed the new setting before Run: wait again in
+    # case its Run was still going when the status first matched
+    wait_for_status(page, visit.expect, before_text)
+    panel.evaluate("element => element.scrollIntoView({block: 'start'})")  # controls on top
+    shoot(page, visit.notebook)
+
+    if visit.last_cell_stops_cluster:
+        run_last_cell(page)
+        assert "<CourseCluster stopped" in page.locator(".jp-OutputArea-output").last.inner_text()
+    assert error_outputs(page) == []
+    shut_down_kernel(page, lab)
+
+
+def click_run(page, panel, expect: str, before: str = "") -> None:
+    """Click the panel's Run; wait until the run ended with a status matching ``expect``
+    that differs from ``before``."""
+    panel.locator(".ck-run").click()
+    wait_for_status(page, expect, before)
+
+
+def wait_for_status(page, expect: str, before: str = "", timeout_ms: int = 120_000) -> None:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            """([expect, before]) => {
+                const panel = document.querySelector('.ck-panel');
+                const text = panel.querySelector('.ck-status').innerText.trim();
+                return new RegExp(expect).test(text) && text !== before
+                    && !panel.querySelector('.ck-run').disabled;
+            }""",
+            arg=[expect, before.strip()], timeout=timeout_ms)
+    except PlaywrightTimeout:
+        status = page.locator(".ck-panel .ck-status").inner_text()
+        raise AssertionError(f"the status never matched {expect!r}; it says: {status!r}") from None
+
+
+def plot_changed(page, plot, before: bytes, timeout_s: float = 10) -> None:
+    """The plot's picture differs from ``before`` (it may arrive just after the status)."""
+    for _ in range(int(timeout_s / 0.25)):
+        if plot.screenshot() != before:
+            return
+        page.wait_for_timeout(250)
+    raise AssertionError("the plot did not change")

@@ -27,6 +27,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
     redraws = []
     panel.plot.observe(redraws.append, "value")
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     assert calls == [{"hidden": 16, "lr": pytest.approx(0.05), "batch_size": 64, "activation": "tanh",
                       "epochs": 2, "seed": 3}]
     assert panel.result.history.epochs == 2
@@ -50,6 +51,7 @@ def test_errors_from_the_experiment_show_in_the_status():
 
     panel = BackpropPanel(failing)
     panel.run_button.click()
+    assert panel.wait(60), "the clicked run did not end"
     assert panel.status.value == "error: hidden=4 is too small for this demo"
     assert panel.result is None and not panel.run_button.disabled
 

@@ -1,8 +1,9 @@
 """Draw a pipeline schedule's per-rank timeline (simulated or measured).
 
-Bars use the course colours (:mod:`.style`): F "forward", B "backward", W (weight gradient)
-"backward" hatched; each bar is labelled with its micro-batch; chunks of an interleaved
-schedule get lighter shades (chunk c of v at opacity 1 - c/(2v)); white space is bubble.
+Bars use the course colours (:mod:`.style`): F "forward", B "backward", W "weight_grad"
+(hatched, so it reads in grey too); each bar is labelled with its micro-batch; chunks of an
+interleaved schedule get lighter shades (chunk c of v at opacity 1 - c/(2v)); the bubble
+shows as "idle" behind the bars.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from matplotlib.patches import Patch
 from .style import color
 
 _BAR = 0.7
-_STYLE = {"F": ("forward", None), "B": ("backward", None), "W": ("backward", "///")}
+_STYLE = {"F": ("forward", None), "B": ("backward", None), "W": ("weight_grad", "///")}
 
 
-def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = "",
+def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = "time units",
                   labels: bool = True):
     """Draw ``timeline`` (``timeline[r]`` = rank r's Spans, e.g. ``simulate(...).timeline`` or
-    ``run_pipeline(...).timeline``) as a Gantt chart. ``unit`` labels the time axis. Returns the Figure."""
+    ``run_pipeline(...).timeline``) as a Gantt chart. ``unit`` labels the time axis ("ms"
+    for measured runs; simulated times are in units of T_F). Returns the Figure."""
     timeline = [list(spans) for spans in timeline]
     if not timeline:
         raise ValueError("plot_schedule needs at least one rank's timeline")
@@ -29,6 +31,7 @@ def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = ""
     fig = ax.figure if ax is not None else plt.figure(figsize=(10, 0.55 * p + 1.3))
     ax = ax if ax is not None else fig.add_subplot()
     for r, spans in enumerate(timeline):
+        ax.barh(r, end, height=_BAR, color=color("idle"), zorder=0)  # the bubble, under the bars
         for s in spans:
             kind, hatch = _STYLE[s.action.kind]
             chunk = s.action.stage // p
@@ -40,13 +43,13 @@ def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = ""
                         fontsize="x-small", color="white")
     kinds = sorted({s.action.kind for spans in timeline for s in spans}, key="FBW".index)
     names = {"F": "forward F", "B": "backward B", "W": "weight grad W"}
-    ax.legend([Patch(facecolor=color(_STYLE[k][0]), hatch=_STYLE[k][1]) for k in kinds],
-              [names[k] for k in kinds], loc="upper left", bbox_to_anchor=(1.0, 1.0),
-              fontsize="small", frameon=False)
+    ax.legend([Patch(facecolor=color(_STYLE[k][0]), hatch=_STYLE[k][1]) for k in kinds]
+              + [Patch(facecolor=color("idle"))], [names[k] for k in kinds] + ["idle (bubble)"],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.set_ylim(p - 0.5, -0.5)
     ax.set_xlim(0, end)
-    ax.set_xlabel(f"time ({unit})" if unit else "time")
+    ax.set_xlabel(f"time [{unit}]")
     if title:
         ax.set_title(title)
     fig.tight_layout()

@@ -1,7 +1,8 @@
 """The course's one colour vocabulary: every plot colours the same activity the same way.
 
 Use :func:`color` (``color("send")``) rather than hex codes, so that a timeline in chapter 2
-and a pipeline schedule in chapter 5 speak the same language.
+and a pipeline schedule in chapter 5 speak the same language. Time axes say their unit
+(:func:`time_unit`, ``"time [ms]"``); byte axes use :func:`byte_label`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 COLORS = {
     "compute": "#4C72B0",    # generic computation
     "forward": "#4C72B0",    # forward pass (a kind of compute)
-    "backward": "#8172B3",   # backward pass
+    "backward": "#8172B3",   # backward pass (B: the input gradient, or all of it)
+    "weight_grad": "#DA8BC3",  # zero-bubble W: the weight gradient, split from B
     "optimizer": "#64B5CD",  # parameter update
     "send": "#DD8452",       # handing a message to the transport
     "recv": "#55A868",       # waiting for / copying in a message

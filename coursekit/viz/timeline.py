@@ -65,7 +65,7 @@ def plot_timeline(traces, spans=(), *, ax=None, arrows: bool = True, title: str 
         ax.legend(handles, kinds, loc="upper right", fontsize="small", framealpha=0.8)
     ax.set_yticks(range(len(traces)), [f"rank {r}" for r in range(len(traces))])
     ax.set_ylim(len(traces) - 0.5, -0.5)
-    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlabel(f"time [{unit}]")
     ax.set_xlim(left=0)
     if title:
         ax.set_title(title)

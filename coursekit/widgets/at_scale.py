@@ -3,9 +3,9 @@
 Thin by design: every change of a control calls :func:`experiment`, which only composes
 :func:`coursekit.sim.step.scaling` (the scaling curve, 8 GPUs per node) and
 :func:`~coursekit.sim.step.simulate_step` (the step at the chosen GPU count) on the
-case-study workload and network of :mod:`coursekit.sim.resnet50`; the panel draws the
-result as a PNG in an ``Image`` widget, so it prints nothing and works headless (tests
-set ``panel.gpus.value = 2048`` and read ``panel.result``).
+case-study workload and network of :mod:`coursekit.sim.resnet50`; the panel
+(:class:`coursekit.widgets.panel.Panel`) draws the result as a PNG, so it prints nothing
+and works headless (tests set ``panel.gpus.value = 2048`` and read ``panel.result``).
 
 Controls: GPUs (powers of two), allreduce (flat ring / hierarchical), tensor-fusion buffer
 in MB (0: one allreduce per tensor), FP16 gradients, images per GPU, and the straggler
@@ -15,18 +15,16 @@ synchronous step waits for the slowest of them, so the same sigma costs more at 
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
 import ipywidgets as widgets
-import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from coursekit.sim import resnet50
 from coursekit.sim.step import StepResult, Stragglers, scaling, simulate_step
 from coursekit.viz import color
+from coursekit.widgets.panel import Panel, png
 
 __all__ = ["ALLREDUCE", "AtScalePanel", "AtScaleResult", "GPU_COUNTS", "draw_step",
            "experiment", "plot_at_scale"]
@@ -109,15 +107,9 @@ def draw_step(ax, step: StepResult) -> None:
     ax.legend(handles=handles, loc="upper center", fontsize=8, ncols=4, frameon=False)
 
 
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
-
-
-class AtScalePanel(widgets.VBox):
+class AtScalePanel(Panel):
     """Controls for :func:`experiment`; ``panel.result`` is the latest
-    :class:`AtScaleResult` (None after an impossible setting), ``panel.readout`` says
+    :class:`AtScaleResult` (None after an impossible setting), ``panel.status`` says
     efficiency, images/s and minutes for 90 epochs."""
 
     def __init__(self, gpus: int = 1024, algorithm: str = "hierarchical", fusion_mb: int = 64,
@@ -137,15 +129,9 @@ class AtScalePanel(widgets.VBox):
                                              description="images per GPU", **common)
         self.jitter = widgets.FloatSlider(value=jitter, min=0.0, max=0.3, step=0.01,
                                           description="straggler sigma", **common)
-        self.readout = widgets.HTML()
-        self.plot = widgets.Image(format="png")
-        self.result = None
-        controls = [self.gpus, self.algorithm, self.fusion, self.fp16, self.batch, self.jitter]
-        for control in controls:
-            control.observe(lambda _: self.update(), names="value")
-        super().__init__([widgets.HBox([widgets.VBox(controls[:3]), widgets.VBox(controls[3:])]),
-                          self.readout, self.plot])
-        self.update()
+        super().__init__([self.gpus, self.algorithm, self.fusion, self.fp16, self.batch,
+                          self.jitter], columns=2, auto=True)
+        self.run()
 
     def settings(self) -> dict:
         """The controls as keyword arguments of :func:`experiment`."""
@@ -153,22 +139,17 @@ class AtScalePanel(widgets.VBox):
                     fusion_mb=self.fusion.value, fp16=self.fp16.value, batch=self.batch.value,
                     jitter=self.jitter.value, network=self.network)
 
-    def update(self):
-        """Simulate the current settings, draw them and return the result (None on error)."""
-        try:
-            r = self.result = experiment(**self.settings())
-        except ValueError as err:
-            self.result, self.readout.value = None, f"error: {err}"
-            return None
+    def compute(self):
+        """Simulate the current settings."""
+        return experiment(**self.settings())
+
+    def show(self, r: AtScaleResult) -> None:
         straggle = f", slowest GPU x{r.slowest:.2f}" if r.slowest > 1 else ""
-        self.readout.value = (f"<b>{r.gpus} GPUs</b>: efficiency <b>{r.efficiency:.1%}</b>, "
-                              f"<b>{r.images_per_s:,.0f}</b> images/s, 90 epochs in "
-                              f"<b>{r.minutes_90_epochs:.1f}</b> min (step "
-                              f"{1e3 * r.step.step_s:.0f} ms, exposed communication "
-                              f"{1e3 * r.step.exposed_comm_s:.1f} ms{straggle})")
+        self.say(f"{r.gpus} GPUs: efficiency {r.efficiency:.1%}, {r.images_per_s:,.0f} images/s, "
+                 f"90 epochs in {r.minutes_90_epochs:.1f} min (step {1e3 * r.step.step_s:.0f} ms, "
+                 f"exposed communication {1e3 * r.step.exposed_comm_s:.1f} ms{straggle})")
         label = dict((v, k) for k, v in ALLREDUCE)[self.algorithm.value]
         fusion = f"fusion {self.fusion.value} MB" if self.fusion.value else "no fusion"
         title = (f"ResNet-50, {self.batch.value} images per GPU, {label}, {fusion}, "
                  f"{'FP16' if self.fp16.value else 'FP32'} gradients")
-        self.plot.value = _png(plot_at_scale(r, title))
-        return r
+        self.plot.value = png(plot_at_scale(r, title))

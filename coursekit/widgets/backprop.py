@@ -3,24 +3,24 @@
 The panel is thin: the Run button reads the controls and calls the pure experiment
 function (:func:`coursekit.nn.experiment.train_digits` by default) with a
 :class:`LivePlot` as its per-epoch callback, so the curves grow while it trains.
-Plots are rendered to PNG into ``Image`` widgets, so nothing is printed and everything
-works headless (tests set ``panel.hidden.value = 16`` and call ``panel.run_button.click()``).
+Layout, Run / Stop and errors come from :class:`coursekit.widgets.panel.Panel`; nothing
+is printed and everything works headless (tests set ``panel.hidden.value = 16`` and call
+``panel.run()``, or click Run and ``panel.wait()``).
 """
 
 from __future__ import annotations
 
-import io
 import time
 
 import ipywidgets as widgets
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from coursekit.nn.activations import HIDDEN_ACTIVATIONS
 from coursekit.nn.experiment import train_digits
+from coursekit.widgets.panel import Panel, png
 
-__all__ = ["BackpropPanel", "LivePlot", "figure_png", "plot_history"]
+__all__ = ["BackpropPanel", "LivePlot", "plot_history"]
 
 BATCH_SIZES = (8, 16, 32, 64, 128, 256)
 
@@ -42,13 +42,6 @@ def plot_history(history, title: str = "") -> Figure:
     return fig
 
 
-def figure_png(fig: Figure) -> bytes:
-    """The figure as PNG bytes (no pyplot, no display: works in callbacks and headless)."""
-    buf = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
-
-
 class LivePlot(widgets.Image):
     """An image of :func:`plot_history` that redraws when called: ``train(..., callback=live)``.
 
@@ -63,20 +56,21 @@ class LivePlot(widgets.Image):
 
     def __call__(self, history, force: bool = False) -> None:
         if force or time.monotonic() - self._drawn_at >= self.min_interval:
-            self.value = figure_png(plot_history(history, self.title))
+            self.value = png(plot_history(history, self.title))
             self._drawn_at = time.monotonic()
 
 
-class BackpropPanel(widgets.VBox):
+class BackpropPanel(Panel):
     """Sliders for hidden size, learning rate, batch size, activation, epochs; a Run button.
 
     ``experiment(hidden=, lr=, batch_size=, activation=, epochs=, seed=, callback=)`` must
     call ``callback(history)`` after each epoch and return an object with ``.history`` and
     ``.test_accuracy`` (a :class:`DigitsResult`); the latest one is kept in ``panel.result``.
+    Stop ends the training at the end of the current epoch.
     """
 
     def __init__(self, experiment=train_digits, seed: int = 0):
-        self.experiment, self.seed, self.result = experiment, seed, None
+        self.experiment, self.seed = experiment, seed
         style = {"description_width": "110px"}
         self.hidden = widgets.IntSlider(64, min=4, max=256, step=4, description="hidden units", style=style)
         self.lr = widgets.FloatLogSlider(
@@ -87,12 +81,8 @@ class BackpropPanel(widgets.VBox):
             options=HIDDEN_ACTIVATIONS, value="relu", description="activation", style=style
         )
         self.epochs = widgets.IntSlider(20, min=1, max=60, description="epochs", style=style)
-        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.status = widgets.Label("Pick settings and press Run.")
-        self.plot = LivePlot()
-        self.run_button.on_click(lambda _: self.run())
-        controls = widgets.VBox([self.hidden, self.lr, self.batch_size, self.activation, self.epochs])
-        super().__init__([controls, widgets.HBox([self.run_button, self.status]), self.plot])
+        super().__init__([self.hidden, self.lr, self.batch_size, self.activation, self.epochs],
+                         plot=LivePlot())
 
     def settings(self) -> dict:
         """The experiment's keyword arguments as the controls show them now."""
@@ -105,22 +95,19 @@ class BackpropPanel(widgets.VBox):
             "seed": self.seed,
         }
 
-    def run(self):
-        """Run the experiment with the current settings, draw it, and return its result."""
-        self.run_button.disabled = True
-        self.status.value = "training ..."
-        try:
-            self.plot.title = "{activation}, {hidden} hidden, lr {lr:.3g}, batch {batch_size}".format(
-                **self.settings()
-            )
-            self.plot._drawn_at = -float("inf")  # a new run draws its first epoch at once
-            self.result = self.experiment(**self.settings(), callback=self.plot)
-            self.plot(self.result.history, force=True)
-        except ValueError as err:  # bad settings: say so in the panel
-            self.status.value = f"error: {err}"
-            return None
-        finally:
-            self.run_button.disabled = False
-        acc, h = self.result.test_accuracy, self.result.history
-        self.status.value = f"test accuracy {acc:.1%} after {h.epochs} epochs ({h.seconds:.2f} s)"
-        return self.result
+    def compute(self):
+        """Train with the current settings; the plot grows after every epoch."""
+        settings = self.settings()
+        self.plot.title = "{activation}, {hidden} hidden, lr {lr:.3g}, batch {batch_size}".format(**settings)
+        self.plot._drawn_at = -float("inf")  # a new run draws its first epoch at once
+
+        def epoch_done(history):
+            self.progress_to(history.epochs, settings["epochs"])
+            self.plot(history)
+
+        return self.experiment(**settings, callback=epoch_done)
+
+    def show(self, result) -> None:
+        self.plot(result.history, force=True)
+        h = result.history
+        self.say(f"test accuracy {result.test_accuracy:.1%} after {h.epochs} epochs ({h.seconds:.2f} s)")

@@ -2,26 +2,27 @@
 
 Thin by design: Run reads the controls and calls the pure experiment
 :func:`coursekit.collectives.timing.measure` through ``make_run(p)``, a callable that
-returns a ``run(fn, *args)`` executing ``fn(comm, *args)`` on p ranks (the cluster's, or
-:func:`~coursekit.collectives.timing.local_runner` for ThreadComm ranks). The plot is a
-PNG in an ``Image`` widget, so the panel prints nothing and works headless (tests set
-``panel.collective.value = "bcast"`` and call ``panel.run_button.click()``).
+returns a ``run(fn, *args)`` executing ``fn(comm, *args)`` on p ranks: the engines of the
+panel's cluster (:func:`engine_runner`, the default), or
+:func:`~coursekit.collectives.timing.local_runner` for ThreadComm ranks. The plot is a
+PNG; layout, Run / Stop, errors and a lost cluster are handled by
+:class:`coursekit.widgets.panel.Panel` (tests set ``panel.collective.value = "bcast"`` and
+call ``panel.run()``).
 """
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as widgets
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from coursekit.collectives import ALGORITHMS, DEFAULT_ALGORITHM
 from coursekit.collectives.timing import measure
+from coursekit.comm import call_with_comm
 from coursekit.viz import byte_label, color
+from coursekit.widgets.panel import Panel, png, size_limit
 
-__all__ = ["CollectivesPanel", "plot_timing"]
+__all__ = ["CollectivesPanel", "engine_runner", "plot_timing"]
 
 SIZES = tuple(1 << k for k in range(10, 27, 2))  # 1 KiB .. 64 MiB
 
@@ -44,25 +45,34 @@ def plot_timing(result) -> Figure:
     return fig
 
 
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
+def engine_runner(cluster, p: int):
+    """``run(fn, *args)`` executing ``fn(comm, *args)`` on every engine of ``cluster`` (after
+    ``setup_comm``); ``p`` must be the number of engines (the comm spans all of them)."""
+    if p != cluster.size:
+        raise ValueError(f"this cluster has {cluster.size} engines; start one with "
+                         f"cluster.start(n={p})")
+    return lambda fn, *args: cluster.run(call_with_comm, fn, *args)
 
 
-class CollectivesPanel(widgets.VBox):
+class CollectivesPanel(Panel):
     """Controls: collective, algorithm, number of ranks, largest message size; a Run button.
 
-    ``alpha`` (s) and ``beta`` (s/B) are the fitted link parameters used for predictions;
-    the latest :class:`~coursekit.collectives.timing.CollectiveTiming` is ``panel.result``.
+    ``make_run(p)``: see the module docstring (None: the engines of ``cluster``);
+    ``max_ranks``: the largest p offered (None: the cluster's size). ``alpha`` (s) and
+    ``beta`` (s/B) are the fitted link parameters used for predictions; the latest
+    :class:`~coursekit.collectives.timing.CollectiveTiming` is ``panel.result``.
+    ``panel_options`` (``cluster``, ``restart``, ``prepare``) go to :class:`Panel`.
     """
 
-    def __init__(self, make_run, max_ranks: int, alpha: float, beta: float, repeats: int = 3,
-                 experiment=measure):
-        if isinstance(max_ranks, bool) or not isinstance(max_ranks, int) or max_ranks < 1:
-            raise ValueError(f"max_ranks must be a positive int, got {max_ranks!r}")
-        self.make_run, self.alpha, self.beta, self.repeats = make_run, alpha, beta, repeats
-        self.experiment, self.result = experiment, None
+    def __init__(self, make_run=None, max_ranks: int | None = None, *, alpha: float,
+                 beta: float, repeats: int = 3, experiment=measure, **panel_options):
+        cluster = panel_options.get("cluster")
+        if make_run is None and cluster is None:
+            raise ValueError("give make_run= (e.g. local_runner) or cluster= (a started cluster)")
+        max_ranks = size_limit("max_ranks", max_ranks, cluster)
+        self.make_run = make_run or (lambda p: engine_runner(self.cluster, p))
+        self.alpha, self.beta, self.repeats = alpha, beta, repeats
+        self.experiment = experiment
         style = {"description_width": "110px"}
         self.collective = widgets.Dropdown(options=list(ALGORITHMS), value="allreduce",
                                            description="collective", style=style)
@@ -73,35 +83,22 @@ class CollectivesPanel(widgets.VBox):
                                        style=style)
         self.size = widgets.SelectionSlider(options=[(byte_label(s), s) for s in SIZES],
                                             value=1 << 20, description="up to", style=style)
-        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.status = widgets.Label("Pick a collective and press Run.")
-        self.plot = widgets.Image(format="png")
         self.collective.observe(self._collective_changed, names="value")
-        self.run_button.on_click(lambda _: self.run())
-        controls = widgets.VBox([self.collective, self.algorithm, self.ranks, self.size])
-        super().__init__([controls, widgets.HBox([self.run_button, self.status]), self.plot])
+        super().__init__([self.collective, self.algorithm, self.ranks, self.size],
+                         hint="Pick a collective and press Run.", **panel_options)
 
     def _collective_changed(self, change):
         self.algorithm.options = ALGORITHMS[change["new"]]
         self.algorithm.value = DEFAULT_ALGORITHM[change["new"]]
 
-    def run(self):
-        """Measure with the current settings, draw, and return the result."""
+    def compute(self):
+        """Measure with the current settings."""
         p = self.ranks.value
         sizes = [s for s in SIZES if s <= self.size.value]
-        self.run_button.disabled = True
-        self.status.value = "running ..."
-        try:
-            self.result = self.experiment(self.make_run(p), p, self.collective.value,
-                                          self.algorithm.value, sizes, self.alpha, self.beta,
-                                          repeats=self.repeats)
-        except ValueError as err:
-            self.status.value = f"error: {err}"
-            return None
-        finally:
-            self.run_button.disabled = False
-        r = self.result
-        self.status.value = (f"largest: {r.measured[-1] * 1e3:.3g} ms measured, "
-                             f"{r.predicted[-1] * 1e3:.3g} ms predicted")
-        self.plot.value = _png(plot_timing(r))
-        return r
+        return self.experiment(self.make_run(p), p, self.collective.value, self.algorithm.value,
+                               sizes, self.alpha, self.beta, repeats=self.repeats)
+
+    def show(self, r) -> None:
+        self.say(f"largest: {r.measured[-1] * 1e3:.3g} ms measured, "
+                 f"{r.predicted[-1] * 1e3:.3g} ms predicted")
+        self.plot.value = png(plot_timing(r))

@@ -7,8 +7,9 @@ runs can be compared: test accuracy against the bytes a worker sent (left) and a
 time (right, measured; dashed: the cost model, i.e. the measured compute plus the
 predicted exchange time for the fitted ``alpha`` and ``beta``). The status line gives the
 cost model's prediction of the communication time saved against an uncompressed
-float32 allreduce. Plots are PNGs in an ``Image`` widget: nothing is printed, tests drive
-it headless (``panel.compressor.value = "topk"``; ``panel.run_button.click()``).
+float32 allreduce. Layout, Run / Stop, errors and a lost cluster:
+:class:`coursekit.widgets.panel.Panel`; nothing is printed, tests drive it headless
+(``panel.compressor.value = "topk"``; ``panel.run()``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from matplotlib.figure import Figure
 from coursekit.parallel.compression import COMPRESSORS
 from coursekit.parallel.compression.experiment import Setup, train
 from coursekit.viz import color
-from coursekit.widgets.backprop import figure_png
+from coursekit.widgets.panel import Panel, png, size_limit
 
 __all__ = ["CompressionPanel", "VALUES", "plot_runs"]
 
@@ -46,7 +47,7 @@ def plot_runs(results, alpha: float, beta: float) -> Figure:
         ax_t.plot(r.seconds, r.test_accuracy, "o-", ms=3, color=c)
         ax_t.plot(compute + r.predicted_exchange_seconds(alpha, beta), r.test_accuracy, "--",
                   color=c)
-    ax_b.set(xlabel="bytes sent per worker", ylabel="test accuracy")
+    ax_b.set(xlabel="sent per worker [bytes]", ylabel="test accuracy")
     ax_t.set(xlabel="time [s] (solid: measured, dashed: cost model)", ylabel="test accuracy")
     ax_t.plot([], [], "-", color=color("message"), label="measured")
     ax_t.plot([], [], "--", color=color("message"), label="cost model")
@@ -55,21 +56,19 @@ def plot_runs(results, alpha: float, beta: float) -> Figure:
     return fig
 
 
-class CompressionPanel(widgets.VBox):
+class CompressionPanel(Panel):
     """Controls and plot; ``panel.results`` holds every run since the last Clear.
 
     ``cluster``: a started cluster with a Comm on its engines (None: ThreadComm ranks in
     this process). ``alpha`` (s) and ``beta`` (s/B): the link, for the cost model.
+    ``panel_options`` (``restart``, ``prepare``) go to :class:`Panel`.
     """
 
     def __init__(self, cluster=None, *, alpha: float, beta: float, max_workers: int | None = None,
-                 epochs: int = 10, seed: int = 0, experiment=train):
-        if max_workers is None:
-            max_workers = cluster.size if cluster is not None else 4
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-            raise ValueError(f"max_workers must be a positive int, got {max_workers!r}")
-        self.cluster, self.alpha, self.beta, self.seed = cluster, alpha, beta, seed
-        self.experiment, self.results = experiment, []
+                 epochs: int = 10, seed: int = 0, experiment=train, **panel_options):
+        max_workers = size_limit("max_workers", max_workers, cluster, default=4)
+        self.alpha, self.beta, self.seed = alpha, beta, seed
+        self.experiment = experiment
         style = {"description_width": "110px"}
         self.compressor = widgets.Dropdown(options=list(COMPRESSORS), value="topk",
                                            description="compressor", style=style)
@@ -79,18 +78,11 @@ class CompressionPanel(widgets.VBox):
         self.workers = widgets.IntSlider(max_workers, min=1, max=max_workers,
                                          description="workers", style=style)
         self.epochs = widgets.IntSlider(epochs, min=1, max=30, description="epochs", style=style)
-        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.clear_button = widgets.Button(description="Clear", icon="trash")
-        self.status = widgets.Label("Pick a compressor and press Run.")
-        self.plot = widgets.Image(format="png")
         self.compressor.observe(lambda change: self._set_values(change["new"]), names="value")
         self._set_values(self.compressor.value)
-        self.run_button.on_click(lambda _: self.run())
-        self.clear_button.on_click(lambda _: self.clear())
-        controls = widgets.VBox([self.compressor, self.value, self.error_feedback, self.workers,
-                                 self.epochs])
-        super().__init__([controls, widgets.HBox([self.run_button, self.clear_button,
-                                                  self.status]), self.plot])
+        super().__init__([self.compressor, self.value, self.error_feedback, self.workers,
+                          self.epochs], keep_runs=True, cluster=cluster,
+                         hint="Pick a compressor and press Run.", **panel_options)
 
     def _set_values(self, name: str) -> None:
         param, default = COMPRESSORS[name].param, COMPRESSORS[name].default
@@ -109,35 +101,21 @@ class CompressionPanel(widgets.VBox):
         return Setup(name, value, self.error_feedback.value,
                      epochs=self.epochs.value, seed=self.seed)
 
-    def _progress(self, data) -> None:
-        curve = data[0].get("test_accuracy") or []
-        if curve:
-            self.status.value = f"epoch {len(curve)}: test accuracy {curve[-1]:.1%}"
+    def compute(self):
+        """Train with the current settings, following the workers live."""
+        return self.experiment(self.workers.value, self.setup(), cluster=self.cluster,
+                               on_update=self.on_data)
 
-    def run(self):
-        """Train with the current settings, add the run to the plot, and return it."""
-        self.run_button.disabled = True
-        self.status.value = "running ..."
-        try:
-            result = self.experiment(self.workers.value, self.setup(), cluster=self.cluster,
-                                     on_update=self._progress)
-        except ValueError as err:
-            self.status.value = f"error: {err}"
-            return None
-        finally:
-            self.run_button.disabled = False
-        self.results.append(result)
+    def draw_live(self, data) -> None:
+        curve = next((d["test_accuracy"] for d in data if d.get("test_accuracy")), None)
+        if curve:
+            self.say(f"running: epoch {len(curve)}, test accuracy {curve[-1]:.1%}")
+
+    def show(self, result) -> None:
         saved = (result.predicted_uncompressed_seconds(self.alpha, self.beta)[-1]
                  - result.predicted_exchange_seconds(self.alpha, self.beta)[-1])
-        self.status.value = (f"{result.setup.label}: {result.final_accuracy:.1%} test accuracy, "
-                             f"{result.wire_bytes[-1] / 1e6:.3g} MB sent per worker; cost model: "
-                             f"{'saves' if saved >= 0 else 'costs'} {abs(saved) * 1e3:.3g} ms of "
-                             f"communication vs uncompressed")
-        self.plot.value = figure_png(plot_runs(self.results, self.alpha, self.beta))
-        return result
-
-    def clear(self) -> None:
-        """Forget the runs so far."""
-        self.results = []
-        self.plot.value = b""
-        self.status.value = "Cleared. Pick a compressor and press Run."
+        self.say(f"{result.setup.label}: {result.final_accuracy:.1%} test accuracy, "
+                 f"{result.wire_bytes[-1] / 1e6:.3g} MB sent per worker; cost model: "
+                 f"{'saves' if saved >= 0 else 'costs'} {abs(saved) * 1e3:.3g} ms of "
+                 "communication vs uncompressed")
+        self.plot.value = png(plot_runs(self.results, self.alpha, self.beta))

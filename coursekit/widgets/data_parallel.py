@@ -5,31 +5,34 @@ The plot functions draw results of :mod:`coursekit.parallel.data_parallel` and
 draws into ``fig`` when given one). :class:`DataParallelPanel` is thin: Run reads the
 controls into a :class:`~coursekit.parallel.dp_config.DPConfig`, calls
 ``run(config, n_workers, on_update=...)`` (``train_local`` or ``train_cluster``, see
-:func:`~coursekit.parallel.dp_experiments.local_runner`), shows live progress while it
-runs and draws the loss curve and the timeline of the last steps as a PNG. Tests drive it
-headlessly: ``panel.workers.value = 3``, ``panel.run_button.click()``.
+:func:`~coursekit.parallel.dp_experiments.local_runner`), moves the progress bar and
+redraws the loss so far and the latest step's per-rank timeline while the engines train
+(:func:`plot_live`), then draws the loss curve and the timeline of the last steps.
+Layout, Stop, errors and a lost cluster: :class:`coursekit.widgets.panel.Panel`. Tests
+drive it headlessly: ``panel.workers.value = 3``, ``panel.run()``.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import replace
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from coursekit.collectives import ALGORITHMS
 from coursekit.parallel.dp_config import EXCHANGES, DPConfig
+from coursekit.parallel.dp_experiments import cluster_runner
 from coursekit.parallel.lr_rules import RULES
 from coursekit.viz import byte_label, color, plot_timeline
+from coursekit.widgets.panel import Panel, png, size_limit
 
-__all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_lr_grid", "plot_run",
-           "plot_scaling", "plot_straggler", "plot_timeline_of"]
+__all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_live",
+           "plot_lr_grid", "plot_run", "plot_scaling", "plot_straggler", "plot_timeline_of"]
 
-BUCKETS = (None, 0.01, 0.05, 0.25, 1.0)
+# Bucket sizes in MB; 0 is "the gradient in one piece" (a dropdown shows no label for None).
+BUCKETS = (0.0, 0.01, 0.05, 0.25, 1.0)
 
 
 def _figure(fig, width, height):
@@ -74,7 +77,7 @@ def plot_exchange_sweep(sweep, fig=None):
         ax_b.plot(sweep.workers, sweep.predicted_busiest_bytes[mode] / 1e6, marker, ls="--",
                   color=color("predicted"), mfc="none", label=f"{mode} predicted")
     ax_t.set(xlabel="workers N", ylabel="communication per step [ms]")
-    ax_b.set(xlabel="workers N", ylabel="MB through the busiest rank / step")
+    ax_b.set(xlabel="workers N", ylabel="busiest rank's traffic [MB / step]")
     ax_t.set_xticks(sweep.workers)
     ax_b.set_xticks(sweep.workers)
     ax_b.legend(fontsize="small")
@@ -104,9 +107,9 @@ def plot_straggler(sweep, fig=None):
             label="time per step (every rank)")
     ax.plot(sweep.factors, sweep.straggler_compute * 1e3, "s--", color=color("compute"),
             label="straggler's compute")
-    ax.plot(sweep.factors, sweep.others_compute * 1e3, "^:", color=color("idle"),
+    ax.plot(sweep.factors, sweep.others_compute * 1e3, "^:", color=color("compute"), mfc="none",
             label="others' compute")
-    ax.set(xlabel="straggler slow factor", ylabel="ms")
+    ax.set(xlabel="straggler slow factor [x]", ylabel="time per step [ms]")
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
@@ -133,12 +136,6 @@ def plot_scaling(s, fig=None):
     return fig
 
 
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
-
-
 def live_loss(data) -> np.ndarray:
     """The global batch loss sum_k w_k loss_k from the ranks' published series, for the
     steps every rank has published so far."""
@@ -148,9 +145,32 @@ def live_loss(data) -> np.ndarray:
     return np.where(weight > 0, weight * loss, 0.0).sum(axis=0)
 
 
+def plot_live(data) -> Figure:
+    """From the ranks' streamed data: the global batch loss so far (left) and the latest
+    step's compute / communication spans of every rank (right)."""
+    loss = live_loss(data)
+    fig = Figure(figsize=(10, 3))
+    ax_loss, ax_tl = fig.subplots(1, 2, width_ratios=[1, 1.6])
+    ax_loss.plot(np.arange(1, loss.size + 1), loss, color=color("measured"), lw=1)
+    ax_loss.set(xlabel="step", ylabel="batch loss")
+    spans = sorted((s for d in data for s in d.get("spans", ())), key=lambda s: s[1] != "idle")
+    if spans:
+        plot_timeline([[] for _ in data], spans, ax=ax_tl, title="latest step")
+    else:
+        ax_tl.set_axis_off()
+    return fig
+
+
+def live_label(data) -> str:
+    """'step 12, test accuracy 0.914' from the ranks' streamed data."""
+    evals = data[0].get("evals") or []
+    acc = f", test accuracy {evals[-1][1]:.3f}" if evals else ""
+    return f"step {min(d.get('step', 0) for d in data)}{acc}"
+
+
 class LiveView(widgets.VBox):
-    """``on_update`` for :func:`coursekit.live.follow`: the loss so far, the test accuracy
-    and the last step's compute/communication spans of every rank, redrawn as they arrive."""
+    """``on_update`` for :func:`coursekit.live.follow`: :func:`plot_live` and a label,
+    redrawn as the data arrive."""
 
     def __init__(self):
         self.image = widgets.Image(format="png")
@@ -158,32 +178,29 @@ class LiveView(widgets.VBox):
         super().__init__([self.label, self.image])
 
     def update(self, data) -> None:
-        loss = live_loss(data)
-        fig = Figure(figsize=(10, 3))
-        ax_loss, ax_tl = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.6]})
-        ax_loss.plot(np.arange(1, loss.size + 1), loss, color=color("measured"), lw=1)
-        ax_loss.set(xlabel="step", ylabel="batch loss")
-        spans = sorted((s for d in data for s in d.get("spans", ())), key=lambda s: s[1] != "idle")
-        if spans:
-            plot_timeline([[] for _ in data], spans, ax=ax_tl, title="latest step")
-        evals = data[0].get("evals") or []
-        acc = f", test accuracy {evals[-1][1]:.3f}" if evals else ""
-        self.label.value = f"step {min(d.get('step', 0) for d in data)}{acc}"
-        self.image.value = _png(fig)
+        self.label.value = live_label(data)
+        self.image.value = png(plot_live(data))
 
 
-class DataParallelPanel(widgets.VBox):
+class DataParallelPanel(Panel):
     """Controls for one run: workers, exchange, algorithm, LR rule, per-worker batch,
-    straggler factor, bucket size; a Run button, a live progress bar, loss + timeline.
+    straggler factor, bucket size; Run / Stop, a live progress bar, loss + timeline.
 
-    ``run(config, n_workers, on_update=...) -> DPResult``; ``base`` holds every other
-    setting. The latest result is ``panel.result``.
+    ``run(config, n_workers, on_update=...) -> DPResult`` trains (None: ``train_cluster`` on
+    the panel's ``cluster`` with ``data`` and ``eval_data``); ``max_workers`` (None: the
+    cluster's size); ``base`` holds every other setting; ``panel_options`` (``cluster``,
+    ``restart``, ``prepare``) go to :class:`Panel`. The latest result is ``panel.result``.
     """
 
-    def __init__(self, run, max_workers: int, base: DPConfig | None = None):
-        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-            raise ValueError(f"max_workers must be a positive int, got {max_workers!r}")
-        self.run_fn, self.base, self.result = run, base or DPConfig(), None
+    def __init__(self, run=None, max_workers: int | None = None, base: DPConfig | None = None,
+                 *, data=None, eval_data=None, **panel_options):
+        cluster = panel_options.get("cluster")
+        if run is None and (cluster is None or data is None):
+            raise ValueError("give run= (e.g. local_runner(...)) or cluster= and data=")
+        max_workers = size_limit("max_workers", max_workers, cluster)
+        self.run_fn = run or (lambda config, n, **kw: cluster_runner(
+            self.cluster, data, eval_data)(config, n, **kw))
+        self.base = base or DPConfig()
         style = {"description_width": "120px"}
         self.workers = widgets.IntSlider(max_workers, min=1, max=max_workers,
                                          description="workers", style=style)
@@ -198,17 +215,10 @@ class DataParallelPanel(widgets.VBox):
         self.slow = widgets.FloatSlider(1.0, min=1.0, max=8.0, step=0.5,
                                         description="straggler x", style=style)
         self.bucket = widgets.Dropdown(
-            options=[("one piece", None)] + [(byte_label(b * 2**20), b) for b in BUCKETS[1:]],
-            value=None, description="bucket", style=style)
-        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.progress = widgets.IntProgress(0, min=0, max=1, description="steps")
-        self.status = widgets.Label("Pick the settings and press Run.")
-        self.plot = widgets.Image(format="png")
-        self.run_button.on_click(lambda _: self.run())
-        left = widgets.VBox([self.workers, self.exchange, self.algorithm, self.lr_rule])
-        right = widgets.VBox([self.batch, self.slow, self.bucket])
-        super().__init__([widgets.HBox([left, right]),
-                          widgets.HBox([self.run_button, self.progress, self.status]), self.plot])
+            options=[("one piece", 0.0)] + [(byte_label(b * 2**20), b) for b in BUCKETS[1:]],
+            value=0.0, description="bucket", style=style)
+        super().__init__([self.workers, self.exchange, self.algorithm, self.lr_rule,
+                          self.batch, self.slow, self.bucket], columns=2, **panel_options)
 
     def config(self) -> DPConfig:
         """The settings the controls describe (ValueError for an impossible combination)."""
@@ -217,27 +227,18 @@ class DataParallelPanel(widgets.VBox):
                        lr_rule=self.lr_rule.value, batch_size=self.batch.value * n,
                        straggler_rank=0 if self.slow.value > 1 else None,
                        slow_factor=self.slow.value,
-                       bucket_mb=self.bucket.value if self.exchange.value == "allreduce" else None)
+                       bucket_mb=(self.bucket.value or None) if self.exchange.value == "allreduce"
+                       else None)
 
-    def _on_update(self, data) -> None:
-        if data and data[0].get("total"):
-            self.progress.max = int(data[0]["total"])
-            self.progress.value = min(int(d.get("step", 0)) for d in data)
+    def compute(self):
+        """Train with the current settings, following the workers live."""
+        return self.run_fn(self.config(), self.workers.value, on_update=self.on_data)
 
-    def run(self):
-        """Train with the current settings, draw, and return the DPResult."""
-        self.run_button.disabled = True
-        self.status.value = "running ..."
-        try:
-            self.result = self.run_fn(self.config(), self.workers.value, on_update=self._on_update)
-        except ValueError as err:
-            self.status.value = f"error: {err}"
-            return None
-        finally:
-            self.run_button.disabled = False
-        r = self.result
-        self.status.value = (f"{r.time_per_step * 1e3:.2f} ms/step (compute "
-                             f"{r.compute_per_step * 1e3:.2f}, communication "
-                             f"{r.comm_per_step * 1e3:.2f}); final loss {r.loss[-1]:.3f}")
-        self.plot.value = _png(plot_run(r, fig=Figure(figsize=(10, 3.4))))
-        return r
+    def draw_live(self, data) -> None:
+        self.say(f"running: {live_label(data)}")
+        self.plot.value = png(plot_live(data))
+
+    def show(self, r) -> None:
+        self.say(f"{r.time_per_step * 1e3:.2f} ms/step (compute {r.compute_per_step * 1e3:.2f}, "
+                 f"communication {r.comm_per_step * 1e3:.2f}); final loss {r.loss[-1]:.3f}")
+        self.plot.value = png(plot_run(r, fig=Figure(figsize=(10, 3.4))))

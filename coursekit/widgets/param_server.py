@@ -1,13 +1,14 @@
 """Chapter 4 panel: train on the parameter server with the consistency model the controls pick.
 
 Thin by design: Run builds a :class:`~coursekit.parallel.ps_config.PSConfig` from the
-controls, starts it with ``start(config)`` (``lambda cfg: EngineRuns(cluster, cfg)`` on the
-live cluster, :func:`~coursekit.parallel.async_sgd.start_local` on ThreadComm ranks) and
+controls, starts it with ``start(config)`` (:class:`~coursekit.parallel.async_sgd.EngineRuns`
+on the panel's cluster, :func:`~coursekit.parallel.async_sgd.start_local` on ThreadComm ranks) and
 follows the workers' live progress (:mod:`coursekit.live`): the accuracy curves grow while
 the run goes. At the end it draws accuracy against wall-clock time and against gradients
 applied (every run so far, to compare), the staleness histogram and per-worker time.
-Plots are PNGs in ``Image`` widgets: nothing is printed, everything works headless (tests
-set ``panel.model.value = "asp"`` and call ``panel.run_button.click()``).
+Layout, Run / Stop, errors and a lost cluster: :class:`coursekit.widgets.panel.Panel`;
+nothing is printed, everything works headless (tests set ``panel.model.value = "asp"``
+and call ``panel.run()``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from coursekit.parallel.async_sgd import follow
+from coursekit.parallel.async_sgd import EngineRuns, follow
 from coursekit.parallel.ps_config import PSConfig
 from coursekit.viz import color, plot_timeline
-from coursekit.widgets.backprop import figure_png
+from coursekit.widgets.panel import Panel, png, size_limit
 
 __all__ = ["ParamServerPanel", "label", "plot_live", "plot_runs", "plot_worker_timeline"]
 
@@ -65,7 +66,7 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
     last = results[-1]
     stale = last.staleness
     ax_s.bar(*np.unique(stale, return_counts=True), color=color("predicted"))
-    ax_s.set(xlabel="staleness (versions)", ylabel="applied gradients",
+    ax_s.set(xlabel="staleness [versions]", ylabel="applied gradients",
              title=f"staleness, {label(last.config)}")
     workers = [w for w in last.workers if w is not None]
     x = np.array([w.worker for w in workers])
@@ -76,7 +77,7 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
         bottom += values
     for d in last.lost:
         ax_w.annotate(f"lost at {d['t']:.1f} s", (d["worker"], 0), ha="center", va="bottom")
-    ax_w.set(xlabel="worker", ylabel="seconds", xticks=range(last.config.n_workers),
+    ax_w.set(xlabel="worker", ylabel="time [s]", xticks=range(last.config.n_workers),
              title="where each worker's time went")
     ax_w.legend(loc="upper right", fontsize="small")
     return fig
@@ -92,20 +93,25 @@ def plot_worker_timeline(result, title: str | None = None):
     return fig
 
 
-class ParamServerPanel(widgets.VBox):
+class ParamServerPanel(Panel):
     """Controls: consistency model, staleness bound, workers, servers, straggler delay; Run.
 
-    ``start(config)`` launches a run; ``max_ranks`` bounds servers + workers; ``base`` holds
-    every other setting (steps, lr ...). ``panel.results`` keeps every finished run.
+    ``start(config)`` launches a run (None: :class:`EngineRuns` on the panel's ``cluster``);
+    ``max_ranks`` bounds servers + workers (None: the cluster's size); ``base`` holds every
+    other setting (steps, lr ...); ``panel_options`` (``cluster``, ``restart``, ``prepare``)
+    go to :class:`Panel`. ``panel.results`` keeps every finished run; ``panel.live`` shows
+    each worker's accuracy while a run goes.
     """
 
-    def __init__(self, start, max_ranks: int, base: PSConfig | None = None):
-        if isinstance(max_ranks, bool) or not isinstance(max_ranks, int) or max_ranks < 2:
-            raise ValueError("max_ranks must be an int >= 2 (a server and a worker), "
-                             f"got {max_ranks!r}")
-        self.start, self.max_ranks = start, max_ranks
+    def __init__(self, start=None, max_ranks: int | None = None, base: PSConfig | None = None,
+                 **panel_options):
+        cluster = panel_options.get("cluster")
+        if start is None and cluster is None:
+            raise ValueError("give start= (e.g. start_local) or cluster= (a started cluster)")
+        max_ranks = size_limit("max_ranks", max_ranks, cluster, minimum=2)  # a server, a worker
+        self.start = start or (lambda config: EngineRuns(self.cluster, config))
+        self.max_ranks = max_ranks
         self.base = base or PSConfig(steps=100, eval_every=10, worker_timeout=2.0)
-        self.results: list = []
         style = {"description_width": "130px"}
         self.model = widgets.ToggleButtons(options=[("BSP", "bsp"), ("SSP", "ssp"), ("ASP", "asp")],
                                            value="ssp", description="consistency", style=style)
@@ -116,19 +122,12 @@ class ParamServerPanel(widgets.VBox):
                                          style=style)
         self.delay = widgets.FloatSlider(0.0, min=0.0, max=20.0, step=1.0, readout_format=".0f",
                                          description="straggler [ms]", style=style)
-        self.run_button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.clear_button = widgets.Button(description="Clear runs", icon="trash")
-        self.status = widgets.Label("Pick a consistency model and press Run.")
         self.live = widgets.Image(format="png")
-        self.plot = widgets.Image(format="png")
         self.model.observe(lambda _: self._sync_controls(), names="value")
-        self.run_button.on_click(lambda _: self.run())
-        self.clear_button.on_click(lambda _: self.clear())
         self._sync_controls()
-        controls = widgets.VBox([self.model, self.staleness, self.workers, self.servers,
-                                 self.delay])
-        super().__init__([controls, widgets.HBox([self.run_button, self.clear_button, self.status]),
-                          self.live, self.plot])
+        super().__init__([self.model, self.staleness, self.workers, self.servers, self.delay],
+                         keep_runs=True, outputs=[self.live],
+                         hint="Pick a consistency model and press Run.", **panel_options)
 
     def _sync_controls(self) -> None:
         self.staleness.disabled = self.model.value != "ssp"
@@ -145,30 +144,17 @@ class ParamServerPanel(widgets.VBox):
             staleness=self.staleness.value if self.model.value == "ssp" else 0,
             straggler={self.workers.value - 1: delay} if delay else {})
 
-    def run(self):
-        """Run with the current settings, following it live; return the PSResult."""
-        try:
-            config = self.config()
-        except ValueError as err:
-            self.status.value = f"error: {err}"
-            return None
-        self.run_button.disabled = True
-        self.status.value = f"running {label(config)} ..."
-        try:
-            result = follow(self.start(config), config, self._update)
-        finally:
-            self.run_button.disabled = False
-        self.results.append(result)
-        self.status.value = (f"{label(config)}: {result.applied} gradients in "
-                             f"{result.wall_s:.2f} s, max staleness {result.staleness.max(initial=0)}")
-        self.plot.value = figure_png(plot_runs(self.results))
-        return result
+    def compute(self):
+        """Run with the current settings, following the workers live."""
+        config = self.config()
+        self.say(f"running {label(config)} ...")
+        return follow(self.start(config), config, self.on_data)
 
-    def _update(self, data: list[dict]) -> None:
+    def draw_live(self, data: list[dict]) -> None:
         title = "live: accuracy of the weights each worker pulled"
-        self.live.value = figure_png(plot_live(data, title))
+        self.live.value = png(plot_live(data, title))
 
-    def clear(self) -> None:
-        self.results = []
-        self.plot.value = b""
-        self.status.value = "Cleared."
+    def show(self, result) -> None:
+        self.say(f"{label(result.config)}: {result.applied} gradients in {result.wall_s:.2f} s, "
+                 f"max staleness {result.staleness.max(initial=0)}")
+        self.plot.value = png(plot_runs(self.results))

@@ -1,34 +1,26 @@
 """Chapter 5 panel: pick a pipeline schedule and see its simulated timeline, bubble and memory.
 
-Thin by design: every change of a control calls :func:`coursekit.parallel.pipeline.schedule`
-and :func:`~coursekit.parallel.pipeline.simulate` and draws the result with
-:func:`coursekit.viz.pipeline.plot_schedule` as a PNG in an ``Image`` widget, so the panel
-prints nothing and works headless (tests set ``panel.microbatches.value = 8`` and read
+Thin by design: every change of a control (and Run) calls
+:func:`coursekit.parallel.pipeline.schedule` and :func:`~coursekit.parallel.pipeline.simulate`
+and draws the result with :func:`coursekit.viz.pipeline.plot_schedule` as a PNG, so the
+panel prints nothing and works headless (tests set ``panel.microbatches.value = 8`` and read
 ``panel.result``). Impossible settings (e.g. 1F1B with fewer micro-batches than stages)
-show the error in the status line instead of raising.
+show the error in the status line instead of raising (:class:`coursekit.widgets.panel.Panel`).
 """
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as widgets
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from coursekit.parallel.pipeline import NAMES, schedule, simulate
 from coursekit.viz.pipeline import plot_schedule
+from coursekit.widgets.panel import Panel, png
 
 __all__ = ["PipelinePanel"]
 
 
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
-
-
-class PipelinePanel(widgets.VBox):
+class PipelinePanel(Panel):
     """Controls: schedule, stages p, micro-batches m, chunks v, times of F / B / W, p2p cost.
 
     ``panel.result`` is the latest :class:`~coursekit.parallel.pipeline.SimResult` (None
@@ -46,35 +38,24 @@ class PipelinePanel(widgets.VBox):
         self.stages = slider(widgets.IntSlider, stages, 1, 8, 1, "stages p")
         self.microbatches = slider(widgets.IntSlider, microbatches, 1, 32, 1, "micro-batches m")
         self.chunks = slider(widgets.IntSlider, 1, 1, 4, 1, "chunks v (interl.)")
-        self.t_f = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_F")
-        self.t_b = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_B")
-        self.t_w = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_W")
-        self.p2p = slider(widgets.FloatSlider, 0.0, 0.0, 1.0, 0.05, "p2p")
-        self.status = widgets.Label()
-        self.plot = widgets.Image(format="png")
-        self.result = None
-        controls = [self.name, self.stages, self.microbatches, self.chunks,
-                    self.t_f, self.t_b, self.t_w, self.p2p]
-        for c in controls:
-            c.observe(lambda _: self.update(), names="value")
-        super().__init__([widgets.HBox([widgets.VBox(controls[:4]), widgets.VBox(controls[4:])]),
-                          self.status, self.plot])
-        self.update()
+        self.t_f = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_F [units]")
+        self.t_b = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_B [units]")
+        self.t_w = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_W [units]")
+        self.p2p = slider(widgets.FloatSlider, 0.0, 0.0, 1.0, 0.05, "p2p [units]")
+        super().__init__([self.name, self.stages, self.microbatches, self.chunks,
+                          self.t_f, self.t_b, self.t_w, self.p2p], columns=2, auto=True)
+        self.run()
 
-    def update(self):
-        """Simulate the current settings, draw them and return the SimResult (None on error)."""
+    def compute(self):
+        """Build and simulate the schedule the controls describe."""
         chunks = self.chunks.value if self.name.value == "interleaved_1f1b" else 1
-        try:
-            sched = schedule(self.name.value, self.stages.value, self.microbatches.value, chunks)
-            self.result = simulate(sched, self.t_f.value, self.t_b.value, self.t_w.value, self.p2p.value)
-        except ValueError as err:
-            self.result, self.status.value = None, f"error: {err}"
-            return None
-        r = self.result
+        sched = schedule(self.name.value, self.stages.value, self.microbatches.value, chunks)
+        return simulate(sched, self.t_f.value, self.t_b.value, self.t_w.value, self.p2p.value)
+
+    def show(self, r) -> None:
         peaks = ", ".join(f"{x:g}" for x in r.peak_activations)
-        self.status.value = (f"bubble {r.bubble_fraction:.1%} of {sched.stages} x {r.total_time:.3g} "
-                             f"time units; peak activations per rank (micro-batches): {peaks}")
-        fig = Figure(figsize=(10, 0.5 * sched.stages + 1.4))
-        plot_schedule(r.timeline, ax=fig.add_subplot(), title=str(sched).splitlines()[0])
-        self.plot.value = _png(fig)
-        return r
+        self.say(f"bubble {r.bubble_fraction:.1%} of {r.schedule.stages} x {r.total_time:.3g} "
+                 f"time units; peak activations per rank (micro-batches): {peaks}")
+        fig = Figure(figsize=(10, 0.5 * r.schedule.stages + 1.4))
+        plot_schedule(r.timeline, ax=fig.add_subplot(), title=str(r.schedule).splitlines()[0])
+        self.plot.value = png(fig)

@@ -102,35 +102,27 @@ measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
 # **Bus bandwidth** (nccl-tests) rescales the algorithm bandwidth $n/t$ by $2(p-1)/p$ so a
 # bandwidth-optimal allreduce reaches the link bandwidth whatever $p$.
 #
-# Pick a collective, an algorithm and a size, and press Run.
+# Pick a collective, an algorithm and a size, and press Run. The engines run
+# `time_collective(comm, ...)` through `c.run(call_with_comm, ...)`; **Stop** interrupts
+# them (and rebuilds their comms: `prepare`), and if the cluster dies the panel offers to
+# start a new one (`restart`).
 
 # %%
 from coursekit.widgets.collectives import CollectivesPanel
 
-
-def make_run(p):
-    if p != c.size:
-        raise ValueError(f"this cluster has {c.size} engines; start one with cluster.start(n={p})")
-
-    def run(fn, *args):
-        def on_engine(*a):
-            from coursekit.comm import engine_comm
-            return fn(engine_comm(), *a)
-        return c.run(on_engine, *args)
-    return run
-
-
-panel = CollectivesPanel(make_run, max_ranks=c.size, alpha=link.alpha, beta=link.beta)
+panel = CollectivesPanel(cluster=c, alpha=link.alpha, beta=link.beta,
+                         restart=lambda: cluster.start(n=4), prepare=setup_comm)
 panel
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-panel.run_button.click()
+panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
 
 # %% [markdown]
 # ## Stop the cluster
 
 # %%
+panel.cluster.stop()  # the panel's cluster: c, or a new one if you pressed Restart cluster
 c.stop()
 c

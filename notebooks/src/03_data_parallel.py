@@ -225,21 +225,26 @@ for n, step, comp, comm, pred in zip(sc.workers, sc.step, sc.compute, sc.comm, s
 # ## 9. Try it
 #
 # Workers, exchange, allreduce algorithm, learning-rate rule, batch per worker, a
-# straggler and the bucket size. Press Run: the engines train while the progress bar moves.
+# straggler and the bucket size. Press Run: the engines train while the progress bar moves
+# and the loss and the latest step's timeline redraw. **Stop** interrupts the engines;
+# if the cluster dies, **Restart cluster** starts a new one.
 
 # %%
-panel = dpw.DataParallelPanel(ex.cluster_runner(c, packed, (digits.X_test, digits.y_test)),
-                              max_workers=c.size, base=replace(big, max_steps=40))
+panel = dpw.DataParallelPanel(cluster=c, data=packed, eval_data=(digits.X_test, digits.y_test),
+                              base=replace(big, max_steps=40),
+                              restart=lambda: cluster.start(n=4),
+                              prepare=lambda new: setup_comm(new, timeout=10))
 panel
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-panel.run_button.click()
+panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
 
 # %% [markdown]
 # ## Stop the cluster
 
 # %%
+panel.cluster.stop()  # the panel's cluster: c, or a new one if you pressed Restart cluster
 c.stop()
 c

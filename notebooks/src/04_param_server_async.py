@@ -111,10 +111,9 @@ plt.show()
 # server shards; ASP's accuracy per update against BSP's.
 
 # %%
-from coursekit.parallel.async_sgd import EngineRuns
 from coursekit.widgets.param_server import ParamServerPanel
 
-panel = ParamServerPanel(lambda config: EngineRuns(c, config), max_ranks=c.size)
+panel = ParamServerPanel(cluster=c, restart=lambda: cluster.start(n=4), prepare=setup_comm)
 panel
 
 # %%
@@ -122,7 +121,7 @@ panel
 panel.delay.value = 5.0
 for model in ("bsp", "asp"):
     panel.model.value = model
-    panel.run_button.click()
+    panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
 
 # %% [markdown]
@@ -189,5 +188,6 @@ print(f"checkpoint at version {saved}; after the restart: version {restart.serve
 # ## Stop the cluster
 
 # %%
+panel.cluster.stop()  # the panel's cluster: c, or a new one if you pressed Restart cluster
 c.stop()
 c

@@ -189,13 +189,14 @@ assert abs(runs["sign + EF"].final_accuracy - dense) <= 0.01
 # %%
 from coursekit.widgets.compression import CompressionPanel
 
-panel = CompressionPanel(c, alpha=alpha, beta=beta)
+panel = CompressionPanel(c, alpha=alpha, beta=beta, restart=lambda: cluster.start(n=4),
+                         prepare=setup_comm)
 panel
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 panel.compressor.value = "powersgd"
-panel.run_button.click()
+panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
 
 # %% [markdown]
@@ -286,5 +287,6 @@ assert abs(report.int8_accuracy - report.float_accuracy) <= 0.01 and report.size
 # ## Stop the cluster
 
 # %%
+panel.cluster.stop()  # the panel's cluster: c, or a new one if you pressed Restart cluster
 c.stop()
 c

@@ -291,23 +291,16 @@ panel
 # Setting the controls from code redraws the panel, as moving them by hand does:
 
 # %%
-import re
-
-
-def readout():
-    print(re.sub("<[^>]+>", "", panel.readout.value))  # the readout without its HTML
-
-
-readout()
+print(panel.status.value)
 panel.gpus.value = 2048
 panel.batch.value = 32
-readout()
+print(panel.status.value)
 panel.fusion.value = 0
 panel.algorithm.value = "ring"
-readout()
+print(panel.status.value)
 panel.fusion.value = 64
 panel.jitter.value = 0.05
-readout()
+print(panel.status.value)
 
 # %% [markdown]
 # ## 7. Hierarchical allreduce, for real
