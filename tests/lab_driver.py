@@ -133,14 +133,34 @@ def wait_for_kernel_idle(page, timeout_ms: int) -> None:
 def run_all_cells(page, timeout_ms: int = 120_000, *, but_last: bool = False) -> None:
     """Clear every output, run every cell (``but_last``: all above the last one, e.g. to
     use a panel before the last cell stops the cluster), wait until none is queued or running."""
-    menu(page, "Edit", "Clear Outputs of All Cells")
-    page.wait_for_function("() => document.querySelectorAll('.jp-OutputArea-output').length === 0")
+    clear_all_outputs(page)
     if but_last:
         select_last_cell(page)
         menu(page, "Run", "Run All Above Selected Cell")
     else:
         menu(page, "Run", "Run All Cells")
     wait_until_executed(page, timeout_ms)
+
+
+def clear_all_outputs(page, attempts: int = 4) -> None:
+    """Edit > Clear Outputs of All Cells, until no output is left.
+
+    Right after a notebook opens, JupyterLab may not have made it the current widget yet
+    and the menu command then does nothing; focusing a cell and trying again fixes that.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(attempts):
+        page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.click()
+        menu(page, "Edit", "Clear Outputs of All Cells")
+        try:
+            page.wait_for_function(
+                "() => document.querySelectorAll('.jp-OutputArea-output').length === 0",
+                timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == attempts - 1:
+                raise
 
 
 def select_last_cell(page) -> None:
