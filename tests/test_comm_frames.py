@@ -67,7 +67,9 @@ def valid_head(**over):
     (valid_head(magic=b"HTTP"), "foreign frame"),
     (valid_head(code=99), "unknown dtype"),
     (valid_head(ndim=40, dims=()), "ndim 40"),
-    (valid_head(flags=0x80), "flag bits"),
+    (valid_head(flags=0x80), "flags 0x80 are not one of"),
+    (valid_head(flags=frames.INLINE | frames.REMOTE), "flags 0x3"),
+    (valid_head(flags=frames.REMOTE) + b"x" * 16, "remote descriptor has 16 bytes"),
     (valid_head(tag=-3), "negative tag"),
     (valid_head(source=5), "source rank 5"),
     (valid_head(ndim=2), "cannot hold"),
@@ -77,6 +79,15 @@ def valid_head(**over):
 def test_malformed_headers_name_the_defect(head, why):
     with pytest.raises(CommError, match=why):
         frames.decode(head, size=2)
+
+
+def test_remote_message_carries_pid_address_and_id():
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    head = frames.encode_remote(arr, tag=4, source=1, pid=1234, message_id=9)
+    header = frames.decode(head, size=2)
+    assert header.remote and not header.inline and header.nbytes == arr.nbytes
+    assert (header.shape, header.tag, header.source) == ((2, 3), 4, 1)
+    assert frames.descriptor(header, head) == (1234, arr.ctypes.data, 9)
 
 
 def test_payload_length_is_checked():

@@ -5,6 +5,7 @@ import os
 import queue
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -144,11 +145,18 @@ def test_setup_errors_are_clear():
         ep.close()
 
 
+def connect_all(endpoints, **kw):
+    """Connect every endpoint at once (connect is collective: ranks handshake)."""
+    addrs = [e.address for e in endpoints]
+    with ThreadPoolExecutor(len(endpoints)) as pool:
+        return list(pool.map(lambda r: endpoints[r].connect(r, addrs, **kw), range(len(addrs))))
+
+
 @pytest.fixture(scope="module")
 def pair():
     eps = [czmq.bind() for _ in range(2)]
     addrs = [e.address for e in eps]
-    comms = [e.connect(r, addrs, timeout=2) for r, e in enumerate(eps)]
+    comms = connect_all(eps, timeout=2)
     ctx = zmq.Context()
     intruder = ctx.socket(zmq.PUSH)
     intruder.connect(addrs[1])
@@ -192,3 +200,83 @@ def test_payload_of_wrong_length_is_rejected(pair):
         b.recv(0, tag=1)
     a.send(np.ones(3), 1, tag=1)
     np.testing.assert_array_equal(b.recv(0, tag=1), np.ones(3))
+
+
+# ---- single copy between ranks on one host (process_vm_readv) -------------------------------
+def big_exchanges(comm):
+    """Large sendrecvs around a ring in several dtypes/shapes, into fresh, given and strided outs."""
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    got = []
+    for dtype, shape in ((np.float32, (512, 300)), (np.int64, (70000,)), (np.complex128, (9, 99, 40))):
+        mine = (np.arange(np.prod(shape)) + 1000 * comm.rank).astype(dtype).reshape(shape)
+        fresh = comm.sendrecv(mine, right, source=left)
+        given = np.empty(shape, dtype)
+        assert comm.sendrecv(mine, right, source=left, out=given) is given
+        strided = np.empty(shape[:-1] + (2 * shape[-1],), dtype)[..., ::2]
+        comm.sendrecv(mine, right, source=left, out=strided)
+        got.append([a.tolist() == b.tolist() for a, b in ((fresh, given), (fresh, strided))]
+                   + [int(fresh.ravel()[0].real)])
+    return sorted(comm.single_copy_peers), comm._sent, got
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_large_sendrecv_between_processes_is_single_copy_and_exact(p):
+    for rank, (peers, sent, got) in enumerate(run_procs(big_exchanges, p, timeout=30)):
+        assert peers == [r for r in range(p) if r != rank]  # CMA works on this Linux host
+        assert sent == 9  # every one of the 9 sendrecvs went by single copy
+        left = (rank - 1) % p
+        assert got == [[True, True, 1000 * left]] * 3
+
+
+def test_single_copy_can_be_switched_off_per_rank():
+    eps = [czmq.bind() for _ in range(3)]
+    addrs = [e.address for e in eps]
+    with ThreadPoolExecutor(3) as pool:
+        comms = list(pool.map(lambda r: eps[r].connect(r, addrs, timeout=5, single_copy=r != 2),
+                              range(3)))
+    try:
+        assert [sorted(c.single_copy_peers) for c in comms] == [[1], [0], []]
+        big = np.arange(100000, dtype=np.float64)
+        with ThreadPoolExecutor(3) as pool:  # a ring of sendrecvs: 0 -> 1 single copy, rest TCP
+            outs = list(pool.map(lambda r: comms[r].sendrecv(big + r, (r + 1) % 3,
+                                                             source=(r - 1) % 3), range(3)))
+        for r, out in enumerate(outs):
+            np.testing.assert_array_equal(out, big + (r - 1) % 3)
+        assert [c._sent for c in comms] == [1, 0, 0]
+    finally:
+        for c in comms:
+            c.close(linger=0)
+
+
+def test_forged_remote_messages_are_dropped_and_receiver_survives(pair):
+    (a, b), intruder = pair
+    arr = np.zeros(100000)
+    intruder.send(frames.encode_remote(arr, tag=3, source=0, pid=1, message_id=77))
+    with pytest.raises(CommError, match="points into process 1, not rank 0's process"):
+        b.recv(0, tag=3)
+    bad = frames.encode_remote(arr, tag=3, source=0, pid=os.getpid(), message_id=78)
+    intruder.send(bad[:-16] + frames.DESCRIPTOR.pack(os.getpid(), 8, 78)[8:])  # address 8
+    with pytest.raises(CommError, match="could not copy a message out of rank 0's memory"):
+        b.recv(0, tag=3)
+    a.send(np.ones(3), 1, tag=3)
+    np.testing.assert_array_equal(b.recv(0, tag=3), np.ones(3))
+
+
+def _sendrecv_to_silent_peer(comm):
+    if comm.rank == 1:
+        comm.send(np.ones(4), 0)
+        time.sleep(3)  # alive, but never receives: the single copy never happens
+        return None
+    comm.timeout = 1.0
+    t0 = time.monotonic()
+    try:
+        comm.sendrecv(np.ones(1 << 16), 1, source=1)
+    except CommTimeout as exc:
+        return str(exc), time.monotonic() - t0
+    return "no timeout", 0.0
+
+
+def test_single_copy_send_times_out_naming_a_peer_that_never_copies():
+    msg, waited = run_procs(_sendrecv_to_silent_peer, 2, timeout=20)[0]
+    assert "rank 0: send(dest=1, tag=0) timed out after 1 s waiting for rank 1" in msg
+    assert 0.9 < waited < 3

@@ -77,6 +77,9 @@ class Comm:
     A Comm belongs to one thread: do not call it from several threads at once.
     """
 
+    _remote_peers: frozenset = frozenset()
+    """Ranks whose REMOTE messages (payload left in the sender's memory) this rank reads."""
+
     def __init__(self, rank: int, size: int, *, timeout: float = 30.0, trace: bool = False):
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int, got {size!r}")
@@ -176,9 +179,13 @@ class Comm:
     def _decode(self, head) -> frames.Header:
         """Decode a header part; a defect becomes a CommError naming this rank."""
         try:
-            return frames.decode(head, self.size)
+            header = frames.decode(head, self.size)
         except CommError as exc:
             raise CommError(f"rank {self.rank}: dropped a message: {exc}") from None
+        if header.remote and header.source not in self._remote_peers:
+            raise CommError(f"rank {self.rank}: dropped a message from rank {header.source}: it "
+                            "points into that rank's memory, which this rank cannot read")
+        return header
 
     def _check_open(self) -> None:
         if self.closed:

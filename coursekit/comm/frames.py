@@ -8,6 +8,7 @@ Header (little-endian, 16 + 8*ndim bytes)::
     dtype  u8   code into DTYPES (bool, int8..64, uint8..64, float16/32/64, complex64/128)
     ndim   u8   0..MAX_NDIM
     flags  u8   bit 0 = INLINE: the payload follows the header in the same buffer
+                bit 1 = REMOTE: a 24-byte descriptor follows instead (see below)
     pad    x
     tag    i32  >= 0 (user tags 0..MAX_TAG, internal tags above)
     source i32  sender's rank
@@ -15,8 +16,11 @@ Header (little-endian, 16 + 8*ndim bytes)::
 
 A message is either one buffer ``header + payload`` (INLINE; used for small payloads) or
 two parts ``header``, ``payload``. The payload is the array's bytes in C order,
-little-endian; its length must equal ``prod(shape) * itemsize``. Anything else is rejected
-with a :class:`CommError` that says what was wrong.
+little-endian; its length must equal ``prod(shape) * itemsize``. A REMOTE message is one
+buffer ``header + descriptor`` (u64 pid, u64 address, u64 id, little-endian): the payload
+stays in the sender's memory at ``address`` and the receiver copies it from there
+(:mod:`coursekit.comm.cma`). Anything else is rejected with a :class:`CommError` that says
+what was wrong.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from .errors import CommError
 
 MAGIC = b"CKM1"
 INLINE = 0x01
+REMOTE = 0x02
+_FLAGS = (0, INLINE, REMOTE)
 MAX_NDIM = 32
 INLINE_MAX = 8192
 """Payloads up to this many bytes travel inline (one part, one extra small copy)."""
@@ -39,6 +45,7 @@ _HEAD = struct.Struct("<4sBBBxii")
 _DIMS = tuple(struct.Struct(f"<{n}Q") for n in range(MAX_NDIM + 1))
 _FULL = tuple(struct.Struct(f"<4sBBBxii{n}Q") for n in range(MAX_NDIM + 1))
 HEADER_MIN = _HEAD.size
+DESCRIPTOR = struct.Struct("<QQQ")
 
 DTYPES = tuple(np.dtype(s) for s in (
     "?", "<i1", "<i2", "<i4", "<i8", "<u1", "<u2", "<u4", "<u8",
@@ -57,6 +64,7 @@ class Header(NamedTuple):
     inline: bool
     size: int
     nbytes: int
+    remote: bool = False
 
 
 def wire_array(arr) -> np.ndarray:
@@ -87,6 +95,18 @@ def encode(arr: np.ndarray, tag: int, source: int, inline: bool = False) -> byte
     return head + arr.tobytes() if inline else head
 
 
+def encode_remote(arr: np.ndarray, tag: int, source: int, pid: int, message_id: int) -> bytes:
+    """A REMOTE message for ``arr``: header + (pid, address of arr's data, message_id)."""
+    head = _FULL[arr.ndim].pack(MAGIC, _CODE[arr.dtype], arr.ndim, REMOTE, tag, source,
+                                *arr.shape)
+    return head + DESCRIPTOR.pack(pid, arr.ctypes.data, message_id)
+
+
+def descriptor(header: Header, frame) -> tuple[int, int, int]:
+    """(pid, address, message_id) of a REMOTE message whose first part is ``frame``."""
+    return DESCRIPTOR.unpack_from(frame, header.size)
+
+
 def nbytes_of(buf) -> int:
     """Length in bytes of any buffer (bytes, bytearray, zmq.Frame, memoryview, ndarray)."""
     # isinstance, not hasattr: zmq.Frame answers unknown attributes slowly (socket options)
@@ -96,7 +116,8 @@ def nbytes_of(buf) -> int:
 def decode(frame, size: int) -> Header:
     """Parse the first part of a message (any buffer) from a world of ``size`` ranks.
 
-    For an INLINE header the payload is ``frame[header.size:]`` (see :func:`to_array`).
+    For an INLINE header the payload is ``frame[header.size:]`` (see :func:`to_array`),
+    for a REMOTE one the descriptor (see :func:`descriptor`).
     Raises CommError naming the defect for anything that is not a well-formed frame.
     """
     length = nbytes_of(frame)
@@ -104,7 +125,7 @@ def decode(frame, size: int) -> Header:
         raise CommError(f"malformed frame: {length} bytes is shorter than the "
                         f"{HEADER_MIN}-byte header")
     magic, code, ndim, flags, tag, source = fields = _HEAD.unpack_from(frame)
-    if (magic != MAGIC or code >= len(DTYPES) or ndim > MAX_NDIM or flags & ~INLINE
+    if (magic != MAGIC or code >= len(DTYPES) or ndim > MAX_NDIM or flags not in _FLAGS
             or tag < 0 or not 0 <= source < size):
         _reject(fields, size)
     hsize = HEADER_MIN + 8 * ndim
@@ -113,14 +134,17 @@ def decode(frame, size: int) -> Header:
     shape = _DIMS[ndim].unpack_from(frame, HEADER_MIN)
     dtype = DTYPES[code]
     nbytes = prod(shape) * dtype.itemsize
-    inline = flags == INLINE
+    inline, remote = flags == INLINE, flags == REMOTE
     rest = length - hsize
-    if rest != (nbytes if inline else 0):
+    if rest != (nbytes if inline else DESCRIPTOR.size if remote else 0):
         if inline:
             raise CommError(f"malformed frame: inline payload has {rest} bytes, "
                             f"header says {dtype}{shape} = {nbytes} bytes")
+        if remote:
+            raise CommError(f"malformed frame: remote descriptor has {rest} bytes, "
+                            f"not {DESCRIPTOR.size}")
         raise CommError(f"malformed frame: {rest} unexpected bytes after the header")
-    return Header(dtype, shape, tag, source, inline, hsize, nbytes)
+    return Header(dtype, shape, tag, source, inline, hsize, nbytes, remote)
 
 
 def _reject(fields, size: int):
@@ -132,8 +156,9 @@ def _reject(fields, size: int):
         raise CommError(f"malformed frame: unknown dtype code {code}")
     if ndim > MAX_NDIM:
         raise CommError(f"malformed frame: ndim {ndim} > {MAX_NDIM}")
-    if flags & ~INLINE:
-        raise CommError(f"malformed frame: unknown flag bits {flags:#x}")
+    if flags not in _FLAGS:
+        raise CommError(f"malformed frame: flags {flags:#x} are not one of "
+                        f"{', '.join(f'{f:#x}' for f in _FLAGS)}")
     if tag < 0:
         raise CommError(f"malformed frame: negative tag {tag}")
     raise CommError(f"malformed frame: source rank {source} is not in 0..{size - 1}")

@@ -17,18 +17,40 @@ header; larger C-contiguous arrays are sent zero-copy (``copy=False``): ``send``
 when ZeroMQ has written them to the kernel, i.e. t = alpha + n / bw with no extra memcpy.
 A received large payload is returned without a copy (the array views ZeroMQ's buffer);
 ``recv(out=buf)`` receives straight into ``buf`` (one memcpy).
+
+Single copy on one host: TCP over loopback still copies every byte twice (into the
+kernel, out of it). Between ranks on one Linux host, ``sendrecv`` -- the step of every ring
+and butterfly collective -- sends payloads of ``SINGLE_COPY_MIN`` bytes or more as a
+REMOTE message instead: a 48-byte notice (header + pid, address, id) over TCP, after which
+the receiver copies the array straight out of the sender's memory with
+``process_vm_readv`` (:mod:`coursekit.comm.cma`, what MPICH calls CMA) and answers "done";
+the sender's ``sendrecv`` returns after that answer, so its array is never reused early.
+t = 2 alpha + n / bw_memcpy. At connect every pair checks that this works (each rank
+reads a random token from the other's memory); where it does not (another host, another
+OS, a forbidding kernel policy, ``single_copy=False``) messages go over TCP as above.
+Plain ``send`` always goes over TCP: it is buffered and must not wait for the receiver.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
+import numpy as np
 import zmq
 
-from . import frames
+from . import cma, frames
+from .base import BARRIER_TAG
 from .errors import CommError
 from .matching import QueuedComm
 from .trace import now
+
+SINGLE_COPY_MIN = 1 << 18
+"""``sendrecv`` payloads from this many bytes go by single copy between ranks on one host."""
+
+HELLO_TAG = BARRIER_TAG + 64  # internal tags above the barrier's rounds (< 64 of them)
+VERDICT_TAG = HELLO_TAG + 1
+DONE_TAG = HELLO_TAG + 2
 
 
 class Endpoint:
@@ -52,8 +74,12 @@ class Endpoint:
         self.address: str = self._pull.get(zmq.LAST_ENDPOINT).decode()
 
     def connect(self, rank: int, addresses: list[str], *, timeout: float = 30.0,
-                trace: bool = False) -> "ZmqComm":
-        """Phase 2: connect to every rank's address (``addresses[rank]`` must be ours)."""
+                trace: bool = False, single_copy: bool = True) -> "ZmqComm":
+        """Phase 2: connect to every rank's address (``addresses[rank]`` must be ours).
+
+        Every rank must call it (it exchanges a handshake with every other rank).
+        ``single_copy=False`` keeps this rank's messages on TCP (see the module doc).
+        """
         if not isinstance(addresses, (list, tuple)) or not all(isinstance(a, str) for a in addresses):
             raise TypeError("addresses must be a list of address strings, one per rank")
         if not (isinstance(rank, int) and 0 <= rank < len(addresses)):
@@ -61,7 +87,8 @@ class Endpoint:
         if addresses[rank] != self.address:
             raise ValueError(f"addresses[{rank}] is {addresses[rank]!r} but this endpoint is bound "
                              f"to {self.address!r}: the list must be in rank order")
-        return ZmqComm(self, rank, list(addresses), timeout=timeout, trace=trace)
+        return ZmqComm(self, rank, list(addresses), timeout=timeout, trace=trace,
+                       single_copy=single_copy)
 
     def close(self) -> None:
         self._pull.close(0)
@@ -77,7 +104,7 @@ class ZmqComm(QueuedComm):
     """One rank talking to the others over ZeroMQ; build it with ``bind(...).connect(...)``."""
 
     def __init__(self, endpoint: Endpoint, rank: int, addresses: list[str], *,
-                 timeout: float = 30.0, trace: bool = False):
+                 timeout: float = 30.0, trace: bool = False, single_copy: bool = True):
         super().__init__(rank, len(addresses), timeout=timeout, trace=trace)
         self.addresses = addresses
         self._endpoint = endpoint
@@ -89,12 +116,53 @@ class ZmqComm(QueuedComm):
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.connect(address)
             self._push.append(sock)
+        self._pid = os.getpid()
+        self._readers: frozenset = frozenset()  # ranks that can copy from our memory
+        self._peer_pid: dict[int, int] = {}     # ranks whose memory we can copy from
+        self._sent = 0                          # id of the last REMOTE message sent
+        self._done: set[int] = set()            # ids the receivers have copied
+        self._in_flight: dict[int, np.ndarray] = {}  # kept alive until copied
+        if self.size > 1:
+            try:
+                self._handshake(single_copy and cma.supported())
+            except BaseException:
+                self.close(linger=0)
+                raise
+
+    def _handshake(self, enabled: bool) -> None:
+        """Find the peers that can copy from our memory and those we can copy from.
+
+        Each rank offers (pid, address of a random 16-byte token); a peer that reads the
+        token back through ``process_vm_readv`` shares this host and may use single copy.
+        """
+        deadline, others = now() + self._timeout, [r for r in range(self.size) if r != self.rank]
+        token = np.frombuffer(os.urandom(16), np.uint64).copy()
+        offer = np.array([self._pid, token.ctypes.data, *token] if enabled else [0] * 4, np.uint64)
+        for peer in others:
+            self._post(peer, offer, HELLO_TAG, True)
+        for peer in others:
+            pid, address, *expected = self._match(peer, HELLO_TAG, None, deadline, ("connect",))[1]
+            readable = enabled and pid != 0 and _token_readable(int(pid), int(address), expected)
+            if readable:
+                self._peer_pid[peer] = int(pid)
+            self._post(peer, np.array([readable], np.uint8), VERDICT_TAG, True)
+        self._readers = frozenset(
+            peer for peer in others
+            if self._match(peer, VERDICT_TAG, None, deadline, ("connect",))[1][0])
+        self._remote_peers = frozenset(self._peer_pid)
+        del token  # every peer has read it (its verdict came after its read)
+
+    @property
+    def single_copy_peers(self) -> frozenset:
+        """Ranks this rank sends large ``sendrecv`` payloads to by single copy."""
+        return self._readers
 
     def close(self, linger: float | None = None) -> None:
         """Close the sockets; queued outgoing messages get ``linger`` seconds (default: timeout)."""
         if self.closed:
             return
         super().close()
+        self._in_flight.clear()
         ms = int(1000 * (self._timeout if linger is None else linger))
         for sock in self._push:
             sock.close(ms)
@@ -105,6 +173,11 @@ class ZmqComm(QueuedComm):
         if arr.nbytes <= frames.INLINE_MAX:
             sock.send(frames.encode(arr, tag, self.rank, inline=True), copy=True)
             return None
+        if not buffered and arr.nbytes >= SINGLE_COPY_MIN and dest in self._readers:
+            self._sent += 1
+            self._in_flight[self._sent] = arr
+            sock.send(frames.encode_remote(arr, tag, self.rank, self._pid, self._sent), copy=True)
+            return self._sent
         sock.send(frames.encode(arr, tag, self.rank), zmq.SNDMORE)
         tracker = sock.send(arr, copy=False, track=True)
         if buffered:
@@ -115,12 +188,61 @@ class ZmqComm(QueuedComm):
     def _complete(self, tracker, dest, tag, deadline):
         if tracker is None:
             return
+        if isinstance(tracker, int):  # a REMOTE message: wait until the receiver copied it
+            self._await_copied(tracker, dest, tag, deadline)
+            return
         try:
             tracker.wait(max(deadline - now(), 0.0))
         except zmq.NotDone:
             raise self._timeout_error(("send", dest, tag), dest, tag) from None
 
+    def _await_copied(self, message_id, dest, tag, deadline):
+        """Read incoming messages (keeping them for later recvs) until ``message_id`` is done."""
+        while message_id not in self._done:
+            header, head = self._read_header(deadline, ("send", dest, tag), dest, tag)
+            if header.tag == DONE_TAG:
+                self._note_done(header, head)
+            else:
+                self._unmatched.append((header, self._payload(header, head, None)))
+        self._done.discard(message_id)
+        # a timeout above leaves the array in _in_flight: the receiver may still read it
+
+    def _note_done(self, header, head) -> None:
+        if header.source not in self._readers or header.shape != (1,) or header.dtype != np.uint64:
+            raise CommError(f"rank {self.rank}: dropped a malformed 'copied' notice from rank "
+                            f"{header.source}")
+        message_id = int(frames.to_array(header, head, header.size)[0])
+        self._done.add(message_id)
+        self._in_flight.pop(message_id, None)
+
     def _next_header(self, deadline, op, peer, tag):
+        """The next message for matching; 'copied' notices are noted on the way."""
+        while True:
+            header, head = self._read_header(deadline, op, peer, tag)
+            if header.tag != DONE_TAG:
+                return header, head
+            self._note_done(header, head)
+
+    def _payload(self, header, head, target):
+        if not header.remote:
+            return super()._payload(header, head, target)
+        pid, address, message_id = frames.descriptor(header, head)
+        source = header.source
+        try:
+            if pid != self._peer_pid[source]:
+                raise CommError(f"rank {self.rank}: dropped a message from rank {source}: it "
+                                f"points into process {pid}, not rank {source}'s process")
+            arr = np.empty(header.shape, header.dtype) if target is None else target
+            try:
+                cma.read_into(pid, address, arr)
+            except OSError as exc:
+                raise CommError(f"rank {self.rank}: could not copy a message out of rank "
+                                f"{source}'s memory: {exc}") from None
+        finally:  # the sender waits for this notice, whatever happened here
+            self._post(source, np.array([message_id], np.uint64), DONE_TAG, True)
+        return arr
+
+    def _read_header(self, deadline, op, peer, tag):
         sock = self._pull
         if self._rcvtimeo_full != self._timeout:
             # the first wait may take the whole timeout: the call began microseconds ago
@@ -142,10 +264,10 @@ class ZmqComm(QueuedComm):
         except CommError:
             self._drain(more)
             raise
-        if more == header.inline:
+        if more == (header.inline or header.remote):
             self._drain(more)
             raise CommError(f"rank {self.rank}: dropped a message from rank {header.source}: "
-                            "it must be one inline part or header + payload parts")
+                            "it must be one inline or remote part, or header + payload parts")
         return header, head
 
     def _set_rcvtimeo(self, ms: int) -> None:
@@ -170,3 +292,13 @@ class ZmqComm(QueuedComm):
     def _drain(self, more: bool) -> None:
         while more:
             more = self._pull.recv(copy=False).more
+
+
+def _token_readable(pid: int, address: int, expected) -> bool:
+    """True when process ``pid`` holds the 16-byte ``expected`` token at ``address``."""
+    probe = np.empty(2, np.uint64)
+    try:
+        cma.read_into(pid, address, probe)
+    except OSError:
+        return False
+    return probe.tolist() == [int(e) for e in expected]
