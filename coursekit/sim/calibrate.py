@@ -44,8 +44,9 @@ def pingpong(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
 def exchange(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     """Seconds per size for ranks ``a`` and ``b`` swapping n bytes at once (``sendrecv``),
     median of ``repeats``, on rank a (None elsewhere). This is one step of a ring or of
-    recursive doubling: both directions busy, which on a shared host costs more than the
-    one-way :func:`pingpong`."""
+    recursive doubling: both directions busy at once. Between ZmqComm ranks on one host
+    large payloads go by single copy here (:mod:`coursekit.comm.zmq`), so its beta is
+    smaller than the ping-pong's, which goes over TCP."""
     if comm.rank not in (a, b):
         return None
     peer = b if comm.rank == a else a

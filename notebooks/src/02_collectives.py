@@ -52,6 +52,48 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
+# A step of a ring or a butterfly is not a ping-pong: both ranks `sendrecv` at once. Between
+# engines on one host, ZmqComm sends those payloads (256 KiB and up) by **single copy**:
+# the receiver copies the array straight out of the sender's memory (`process_vm_readv`,
+# what MPICH calls CMA) instead of pushing it through TCP, which copies every byte twice.
+# At connect every pair of engines checks that this works; these are the peers each
+# engine reads from:
+
+# %%
+def single_copy_peers():
+    from coursekit.comm import engine_comm
+    return sorted(engine_comm().single_copy_peers)
+
+
+c.run(single_copy_peers)
+
+# %% [markdown]
+# Same formula, another $\beta$: fit it from a `sendrecv` exchange between engines 0 and 1.
+# The collectives below are predicted with this fit, because every step they take is one.
+
+# %%
+def swap_times(sizes):
+    from coursekit.comm import engine_comm
+    from coursekit.sim import calibrate
+    return calibrate.exchange(engine_comm(), sizes)
+
+
+swaps = np.array(c.run(swap_times, sizes.tolist())[0])
+exchange_link = costmodel.fit(sizes, swaps)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"exchange: alpha ~ {exchange_link.alpha * 1e6:.1f} us, "
+      f"bandwidth 1/beta ~ {exchange_link.bandwidth / 1e9:.2f} GB/s")
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.loglog(sizes, times * 1e6, "o", label="ping-pong (send, recv: TCP)")
+ax.loglog(sizes, swaps * 1e6, "s", label="exchange (sendrecv: single copy from 256 KiB)")
+ax.loglog(sizes, exchange_link(sizes) * 1e6, "-", label=r"exchange fit $\alpha + n\beta$")
+ax.set(xlabel="message size n [bytes]", ylabel="time [us]")
+ax.legend()
+plt.show()
+
+# %% [markdown]
 # ## 2. Collectives as timelines
 #
 # `coursekit.collectives` builds every collective from `send`/`recv` only. Each engine
@@ -110,7 +152,7 @@ measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
 # %%
 from coursekit.widgets.collectives import CollectivesPanel
 
-panel = CollectivesPanel(cluster=c, alpha=link.alpha, beta=link.beta,
+panel = CollectivesPanel(cluster=c, alpha=exchange_link.alpha, beta=exchange_link.beta,
                          restart=lambda: cluster.start(n=4), prepare=setup_comm)
 panel
 
