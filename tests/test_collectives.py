@@ -169,6 +169,26 @@ def test_input_is_not_modified():
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.parametrize("algorithm", C.ALGORITHMS["allreduce"])
+def test_allreduce_in_place_and_into_out(algorithm):
+    for p in (1, 3, 4, 5):
+        xs = [contribution(r, 13, np.float64).reshape(13, 1) for r in range(p)]
+        want = reference(xs, "sum")
+
+        def body(c):
+            mine = xs[c.rank].copy()
+            inplace = C.allreduce(c, mine, algorithm=algorithm, out=mine)
+            given = np.empty_like(mine)
+            into = C.allreduce(c, xs[c.rank], algorithm=algorithm, out=given, check=False)
+            return inplace is mine, into is given, mine, given, xs[c.rank]
+
+        for rank, (same, same_out, mine, given, x) in enumerate(on_ranks(p, body)):
+            assert same and same_out
+            np.testing.assert_array_equal(mine, want)
+            np.testing.assert_array_equal(given, want)
+            np.testing.assert_array_equal(x, contribution(rank, 13, np.float64).reshape(13, 1))
+
+
 def test_registry_names_defaults():
     assert set(C.ALGORITHMS) == set(C.COLLECTIVES) == set(C.FUNCTIONS)
     for name, default in C.DEFAULT_ALGORITHM.items():

@@ -27,6 +27,19 @@ def test_mismatched_shape_raises_on_every_rank():
         assert "same dtype and shape" in str(e) and "rank 2: float32(4,)" in str(e)
 
 
+@pytest.mark.parametrize("out, why", [
+    (np.ones(3, np.float64), "must have the input's shape and dtype float32(3,)"),
+    (np.ones(4, np.float32), "float32(3,); got float32(4,)"),
+    (np.ones(6, np.float32)[::2], "writable and C-contiguous"),
+    ([0.0, 0.0, 0.0], "must be a NumPy array"),
+])
+def test_allreduce_out_that_cannot_hold_the_result_fails_on_every_rank(out, why):
+    errs = errors_on_every_rank(
+        3, lambda c: C.allreduce(c, np.ones(3, np.float32), out=out if c.rank == 1 else None))
+    assert why in str(errs[1])
+    assert all("rank(s) [1] passed invalid arguments" in str(e) for e in errs[::2])
+
+
 def test_mismatched_dtype_raises_on_every_rank():
     errs = errors_on_every_rank(
         3, lambda c: C.allgather(c, np.ones(2, np.float32 if c.rank else np.float64)))

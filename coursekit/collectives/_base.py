@@ -79,7 +79,7 @@ class Call:
 
 def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm, x, *,
             root=None, op=None, check: bool = True, min_ndim: int = 0,
-            array_on: str = "all") -> Call:
+            array_on: str = "all", out=None) -> Call:
     """Check a collective's arguments on this rank and, with ``check``, across ranks.
 
     ``array_on`` is "all" (every rank contributes an array), "root" (only the root's
@@ -89,7 +89,8 @@ def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm
     calls disagree, instead of hanging. A local argument error is held back until that
     exchange is done, so the other ranks learn about it too. With ``check=False`` nothing
     crosses the network and the caller promises MPI's contract: matching calls and
-    buffers everywhere (bcast non-roots must then pass a buffer).
+    buffers everywhere (bcast non-roots must then pass a buffer). ``out``, when given, must
+    be able to hold the result: a writable C-contiguous array of ``x``'s shape and dtype.
     """
     problem = None
     impl = ufunc = arr = None
@@ -108,6 +109,8 @@ def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm
             if arr.ndim > fingerprint.MAX_NDIM:
                 raise ValueError(f"{collective} handles at most {fingerprint.MAX_NDIM} "
                                  f"dimensions; got {arr.ndim}")
+            if out is not None:
+                _check_out(collective, out, arr)
     except (TypeError, ValueError) as exc:
         problem = exc
     if not check:
@@ -136,6 +139,16 @@ def _algorithm(collective, algorithms, algorithm):
         raise ValueError(f"unknown {collective} algorithm {algorithm!r}; "
                          f"allowed: {list(algorithms)}")
     return algorithms[algorithm]
+
+
+def _check_out(collective, out, arr):
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{collective}(out=...) must be a NumPy array, got {type(out).__name__}")
+    if out.shape != arr.shape or out.dtype != arr.dtype:
+        raise ValueError(f"{collective}(out=...) must have the input's shape and dtype "
+                         f"{arr.dtype}{arr.shape}; got {out.dtype}{out.shape}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError(f"{collective}(out=...) must be writable and C-contiguous")
 
 
 def _check_root(root, size):

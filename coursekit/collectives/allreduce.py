@@ -114,8 +114,21 @@ DEFAULT = "ring"
 
 
 def allreduce(comm, x, op: str = "sum", algorithm: str = DEFAULT, *,
-              check: bool = True) -> np.ndarray:
-    """Return ``op`` over every rank's ``x`` (same dtype and shape everywhere) on every rank."""
-    call = prepare(comm, "allreduce", ALGORITHMS, algorithm, x, op=op, check=check)
-    buf = np.array(call.x, order="C").reshape(-1)
-    return call.impl(comm, buf, call.ufunc, tag("allreduce")).reshape(call.shape)
+              check: bool = True, out=None) -> np.ndarray:
+    """Return ``op`` over every rank's ``x`` (same dtype and shape everywhere) on every rank.
+
+    ``out``: a writable C-contiguous array of ``x``'s shape and dtype to receive the
+    result (it is returned). ``out=x`` reduces in place, like ``MPI_IN_PLACE``: it saves
+    the n-byte copy into a new result array that the alpha-beta-gamma model does not count.
+    """
+    call = prepare(comm, "allreduce", ALGORITHMS, algorithm, x, op=op, check=check, out=out)
+    if out is None:
+        buf = np.array(call.x, order="C").reshape(-1)
+    else:
+        if out is not x:
+            np.copyto(out, call.x)
+        buf = out.reshape(-1)  # a view: out is C-contiguous
+    result = call.impl(comm, buf, call.ufunc, tag("allreduce"))
+    if result is not buf:
+        buf[...] = result
+    return out if out is not None else buf.reshape(call.shape)

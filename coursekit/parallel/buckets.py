@@ -98,7 +98,7 @@ class BucketReducer:
                     t0 = now()
                     part = self.grad[self.buckets[k]]
                     part *= self.scale
-                    part[...] = allreduce(self.comm, part, algorithm=self.algorithm, check=False)
+                    allreduce(self.comm, part, algorithm=self.algorithm, check=False, out=part)
                     if self.record is not None:
                         self.record("comm", t0, now())
                 except BaseException as exc:  # noqa: BLE001 - handed to the main thread

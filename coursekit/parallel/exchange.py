@@ -104,8 +104,8 @@ class Exchange:
         """
         params = self.mlp.params
         with self.rec.comm():
-            params[...] = allreduce(self.comm, params * weight, algorithm=self.cfg.algorithm,
-                                    check=False)
+            allreduce(self.comm, params * weight, algorithm=self.cfg.algorithm, check=False,
+                      out=params)
 
     def _allreduce_grad(self, grad, weight):
         if self.gradient_sum is not None:
@@ -116,8 +116,8 @@ class Exchange:
             with self.rec.comm():
                 grad *= weight
                 if self.comm.size > 1:
-                    grad[...] = allreduce(self.comm, grad, algorithm=self.cfg.algorithm,
-                                          check=False)
+                    allreduce(self.comm, grad, algorithm=self.cfg.algorithm, check=False,
+                              out=grad)
             return
         if not self.cfg.overlap:  # buckets one after the other, after the backward
             for k in range(len(self.buckets)):

@@ -44,8 +44,9 @@ def dp_step(comm, sizes=(64, 512, 512, 10), batch: int = 64, steps: int = 20,
 
     def step():
         model.loss_and_grad(X, y, out=grad, validate=False)
-        total = allreduce(comm, grad, algorithm="ring", check=False)
-        opt.step(total / comm.size)
+        allreduce(comm, grad, algorithm="ring", check=False, out=grad)
+        np.divide(grad, comm.size, out=grad)
+        opt.step(grad)
 
     other = np.zeros_like(grad)
 
