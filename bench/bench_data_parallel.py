@@ -3,17 +3,24 @@ the cost model, in one run.
 
     .venv/bin/python bench/bench_data_parallel.py [--sizes 64 1024 1024 10] [--steps 40]
 
-Starts a local 4-engine cluster (ZmqComm between engines), fits alpha and beta twice
-between engines 0 and 1: from a ping-pong (one direction busy at a time, as chapter 2
-does) and from an exchange (both ranks ``sendrecv`` at once, which is what every step of
-a ring allreduce does; on a host whose cores also run the engines' I/O threads it costs
-more), and gamma from ``a += b`` on an engine. It then trains with ring-allreduce data parallelism on the first N engines
-(weak scaling: 32 examples per worker and step). For each N it prints the median step
-time split into compute (the slowest rank) and exposed communication (the rank that
-waited least), the cost model's prediction of the allreduce from the exchange fit and
-from the ping-pong fit, the ratios, and the bare allreduce of the same gradient timed with
-``coursekit.collectives.timing.time_collective`` (the collective without training
-around it). Target (issue 5): measured communication within 1.5x of the prediction.
+Starts a local 4-engine cluster (ZmqComm between engines) and measures the link three ways:
+
+* ping-pong between engines 0 and 1 (one direction busy at a time, as chapter 2 does;
+  send/recv go over TCP);
+* exchange between engines 0 and 1 (both ``sendrecv`` at once: one ring step; payloads
+  from 256 KiB go by single copy, so it is fitted over 256 KiB..4 MiB, the sizes the
+  ring sends here: the two transports are two regimes, like MPI's eager and rendezvous);
+* a ring step on all N engines at once (``calibrate.ring_exchange``, same sizes): the
+  model gives every rank a core of its own, and 4 engines on a 2-core machine do not
+  have one, so this measures the link as the N-rank ring sees it.
+
+gamma comes from ``a += b`` on an engine. It then trains with ring-allreduce data
+parallelism on the first N engines (weak scaling: 32 examples per worker and step). For
+each N it prints the median step time split into compute (the slowest rank) and exposed
+communication (the rank that waited least), the cost model's prediction of the allreduce
+from each fit with the ratio measured / predicted, and the bare allreduce of the same
+gradient timed with ``coursekit.collectives.timing.time_collective``. Target (issue 5):
+measured communication within 1.5x of the prediction.
 """
 
 from __future__ import annotations
@@ -36,12 +43,14 @@ def bare_allreduce(nbytes, n_workers, repeats):
     return float(np.median(time_collective(comm, "allreduce", "ring", nbytes, repeats)))
 
 
-def link_times(pattern, sizes):
-    """Engine side: chapter 7's calibration (``pingpong`` or ``exchange``) on engines 0, 1."""
-    from coursekit.comm import engine_comm
+def link_times(pattern, sizes, n_ranks=2):
+    """Engine side: a calibration of chapter 7 (``pingpong``, ``exchange`` on engines 0
+    and 1, ``ring_exchange`` on the first n_ranks engines); the times on engine 0."""
+    from coursekit.comm import engine_comm, first_ranks
     from coursekit.sim import calibrate
 
-    return getattr(calibrate, pattern)(engine_comm(), sizes, repeats=9)
+    comm = first_ranks(engine_comm(), n_ranks)
+    return None if comm is None else getattr(calibrate, pattern)(comm, sizes, repeats=21)
 
 
 def main(argv=None):
@@ -66,29 +75,35 @@ def main(argv=None):
     with cluster.start(n=max(args.workers)) as c:
         setup_comm(c, timeout=30)
         sizes = [64, 4096, 65536, 1 << 20, 4 << 20]
-        pingpong = costmodel.fit(np.array(sizes), c.run(link_times, "pingpong", sizes)[0])
-        link = costmodel.fit(np.array(sizes), c.run(link_times, "exchange", sizes)[0])
+        big = [256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20]
+
+        def fit(pattern, at, n_ranks=2):
+            return costmodel.fit(np.array(at), c.run(link_times, pattern, at, n_ranks)[0])
+
+        fits = {"ping-pong": fit("pingpong", sizes), "exchange": fit("exchange", big)}
+        rings = {int(n): fit("ring_exchange", big, int(n)) for n in args.workers if n > 1}
         gamma = float(np.median(c.run(ex.measure_gamma)))
         run = ex.cluster_runner(c, (data.X_train, data.y_train))
         run(cfg, max(args.workers))  # warm-up: Numba kernels loaded on every engine
+        link = fits["exchange"]
         sc = ex.scaling(run, cfg, args.workers, link.alpha, link.beta, gamma)
         bare = [next(t for t in c.run(bare_allreduce, nbytes, int(n), 10) if t is not None)
                 if n > 1 else 0.0 for n in sc.workers]
     print(f"model {list(cfg.sizes)}: gradient {nbytes / 2**20:.2f} MiB float32, batch 32 per worker")
-    for name, f in (("exchange", link), ("ping-pong", pingpong)):
-        print(f"{name:>9} fit: alpha {f.alpha * 1e6:.1f} us, 1/beta {f.bandwidth / 1e9:.2f} GB/s")
+    for name, f in [*fits.items(), *((f"ring of {n}", f) for n, f in rings.items())]:
+        print(f"{name:>10} fit: alpha {f.alpha * 1e6:.1f} us, 1/beta {f.bandwidth / 1e9:.2f} GB/s")
     print(f"gamma {gamma * 1e12:.0f} ps/B")
-    print(f"{'N':>2} {'step ms':>8} {'compute':>8} {'comm':>8} {'pred (exch)':>11} {'ratio':>6} "
-          f"{'pred (ping)':>11} {'ratio':>6} {'bare allreduce':>15} {'efficiency':>10}")
+    columns = ("ping-pong", "exchange", "ring step")
+    print(f"{'N':>2} {'step ms':>8} {'compute':>8} {'comm':>8} | "
+          + " | ".join(f"{'pred (' + name + ')':>17} {'ratio':>5}" for name in columns)
+          + f" | {'bare allreduce':>14} {'efficiency':>10}")
     for i, n in enumerate(sc.workers):
-        pred = sc.predicted_comm[i]
-        ping = predict_comm("allreduce", "ring", int(n), nbytes, pingpong.alpha, pingpong.beta,
-                            gamma)
-        ratios = [sc.comm[i] / x if x > 0 else float("nan") for x in (pred, ping)]
-        print(f"{n:>2} {sc.step[i] * 1e3:8.2f} {sc.compute[i] * 1e3:8.2f} {sc.comm[i] * 1e3:8.2f} "
-              f"{pred * 1e3:11.2f} {ratios[0]:6.2f} {ping * 1e3:11.2f} {ratios[1]:6.2f} "
-              f"{bare[i] * 1e3:15.2f} {sc.efficiency[i]:10.2f}")
-
+        n = int(n)
+        used = [fits["ping-pong"], fits["exchange"], rings.get(n, fits["exchange"])]
+        preds = [predict_comm("allreduce", "ring", n, nbytes, f.alpha, f.beta, gamma) for f in used]
+        cells = [f"{p * 1e3:17.2f} {sc.comm[i] / p if p > 0 else float('nan'):5.2f}" for p in preds]
+        print(f"{n:>2} {sc.step[i] * 1e3:8.2f} {sc.compute[i] * 1e3:8.2f} {sc.comm[i] * 1e3:8.2f} | "
+              + " | ".join(cells) + f" | {bare[i] * 1e3:14.2f} {sc.efficiency[i]:10.2f}")
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from coursekit.comm import run_local
-from coursekit.sim.calibrate import SIZES, exchange, link_fit, pingpong
+import time
+
+from coursekit.sim.calibrate import SIZES, exchange, link_fit, pingpong, ring_exchange
 from coursekit.sim.validate import validate
 
 
@@ -19,6 +21,26 @@ def test_calibration_functions_return_on_rank_a_only():
         out = run_local(fn, 3, (8, 1024), 2, 0, 2)
         assert out[1] is None and out[2] is None
         assert out[0].shape == (2,) and np.all(out[0] > 0)
+
+
+def _ring_with_slow_rank(comm, slow):
+    if comm.rank == slow:
+        fast = comm.sendrecv
+
+        def sendrecv(*args, **kw):  # slow after the message: only this rank's time grows
+            got = fast(*args, **kw)
+            time.sleep(0.02)
+            return got
+        comm.sendrecv = sendrecv
+    return ring_exchange(comm, (8, 4096), 3)
+
+
+def test_ring_exchange_reports_the_slowest_rank_on_rank_0():
+    out = run_local(_ring_with_slow_rank, 3, 2)
+    assert out[1] is None and out[2] is None
+    assert out[0].shape == (2,) and np.all(out[0] >= 0.02)
+    fast = run_local(_ring_with_slow_rank, 3, -1)[0]
+    assert np.all(fast < 0.02)
 
 
 def test_link_fit_recovers_a_synthetic_link():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import chunk_bounds, fold, new_rank, old_rank, prepare
+from ._base import chunk_bounds, fold, new_rank, old_rank, prepare, work_array
 from .allgather import ring_allgather
 from .bcast import binomial_bcast
 from .ops import combine
@@ -70,7 +70,7 @@ def _recursive_doubling(comm, buf, ufunc, tag):
     if active:
         p2, _ = fold(comm.size)
         me = new_rank(comm.rank, comm.size)
-        scratch = np.empty_like(buf)
+        scratch = work_array(comm, buf.size, buf.dtype)
         dist = 1
         while dist < p2:
             peer = old_rank(me ^ dist, comm.size)
@@ -86,7 +86,7 @@ def _rabenseifner(comm, buf, ufunc, tag):
         p2, _ = fold(comm.size)
         me = new_rank(comm.rank, comm.size)
         b = chunk_bounds(buf.size, p2)  # chunk i ends on new rank i
-        scratch = np.empty_like(buf)
+        scratch = work_array(comm, buf.size, buf.dtype)
         lo, hi, dist = 0, p2, p2 // 2
         while dist:  # recursive halving: keep the half named by my bit `dist`
             peer = old_rank(me ^ dist, comm.size)

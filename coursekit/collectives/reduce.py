@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import prepare
+from ._base import prepare, work_array
 from .ops import combine
 from .tags import tag
 
@@ -22,7 +22,7 @@ def binomial_reduce(comm, buf: np.ndarray, root: int, ufunc, tag: int) -> np.nda
     children v + 1, v + 2, v + 4, ... (below lowbit(v)) send, then sends to v - lowbit(v)."""
     p = comm.size
     v = (comm.rank - root) % p
-    scratch = np.empty_like(buf)
+    scratch = work_array(comm, buf.size, buf.dtype).reshape(buf.shape)
     mask = 1
     while mask < p:
         if v & mask:
@@ -40,7 +40,7 @@ def _linear(comm, buf, root, ufunc, tag):
         comm.send(buf, root, tag)
         return buf
     acc = np.empty_like(buf)
-    scratch = np.empty_like(buf)
+    scratch = work_array(comm, buf.size, buf.dtype).reshape(buf.shape)
     for src in range(comm.size):
         part = buf if src == root else comm.recv(src, tag, out=scratch)
         if src == 0:

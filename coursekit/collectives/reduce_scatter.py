@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import chunk_bounds, prepare
+from ._base import chunk_bounds, prepare, work_array
 from .ops import combine
 from .tags import tag
 
@@ -26,7 +26,7 @@ def ring_reduce_scatter(comm, buf: np.ndarray, bounds, ufunc, tag: int) -> np.nd
     p, r = comm.size, comm.rank
     right, left = (r + 1) % p, (r - 1) % p
     sizes = np.diff(bounds)
-    scratch = np.empty(int(sizes.max()) if p > 1 else 0, dtype=buf.dtype)
+    scratch = work_array(comm, int(sizes.max()) if p > 1 else 0, buf.dtype)
     for k in range(p - 1):
         s, t = (r - 1 - k) % p, (r - 2 - k) % p
         incoming = scratch[:sizes[t]]
@@ -43,7 +43,7 @@ def _linear(comm, buf, bounds, ufunc, tag):
             comm.send(buf[bounds[dst]:bounds[dst + 1]], dst, tag)
     mine = buf[bounds[r]:bounds[r + 1]]
     acc = np.empty_like(mine)
-    scratch = np.empty_like(mine)
+    scratch = work_array(comm, mine.size, mine.dtype)
     for src in range(p):
         part = mine if src == r else comm.recv(src, tag, out=scratch)
         if src == 0:

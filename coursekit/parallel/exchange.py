@@ -113,9 +113,10 @@ class Exchange:
                 grad[...] = self.gradient_sum(grad * weight)
             return
         if self.reducer is None:
-            with self.rec.comm():
+            with self.rec.compute():  # weighting the local gradient is local work
                 grad *= weight
-                if self.comm.size > 1:
+            if self.comm.size > 1:
+                with self.rec.comm():
                     allreduce(self.comm, grad, algorithm=self.cfg.algorithm, check=False,
                               out=grad)
             return

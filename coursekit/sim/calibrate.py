@@ -1,4 +1,4 @@
-"""Measure a link's alpha and beta between two ranks (ping-pong), to feed the simulator.
+"""Measure a link's alpha and beta (ping-pong, exchange, ring step), to feed the models.
 
 :func:`pingpong` runs on every rank of a Comm (engines, MPI ranks, ThreadComm ranks): rank
 ``a`` sends n bytes to rank ``b``, which sends them back; one-way time = round trip / 2,
@@ -13,7 +13,7 @@ import numpy as np
 
 from coursekit.costmodel import LinkFit, fit
 
-__all__ = ["SIZES", "exchange", "link_fit", "pingpong"]
+__all__ = ["SIZES", "exchange", "link_fit", "pingpong", "ring_exchange"]
 
 SIZES = (8, 1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22)
 _TAG = 7
@@ -60,6 +60,35 @@ def exchange(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
             swaps.append(time.perf_counter() - t0)
         out[i] = np.median(swaps[1:])
     return out if comm.rank == a else None
+
+
+def ring_exchange(comm, sizes=SIZES, repeats: int = 5):
+    """Seconds per size of one ring step on every rank at once: each rank ``sendrecv``s n
+    bytes to its right neighbour and from its left one (median of ``repeats``, the
+    slowest rank's time; on rank 0, None elsewhere). With 2 ranks it is :func:`exchange`.
+
+    The alpha-beta model gives every rank its own core and link. Where p ranks share
+    fewer cores (4 engines on a 2-core laptop) a link is slower while all of them are
+    busy; fitting alpha and beta from this measures the link as a ring step sees it.
+    """
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    out = np.empty(len(sizes))
+    for i, n in enumerate(sizes):
+        send, recv = np.zeros(max(int(n), 1), np.uint8), np.empty(max(int(n), 1), np.uint8)
+        steps = np.empty(repeats + 1)
+        for k in range(repeats + 1):  # the first step warms the connections up
+            comm.barrier()
+            t0 = time.perf_counter()
+            comm.sendrecv(send, right, source=left, sendtag=_TAG, recvtag=_TAG, out=recv)
+            steps[k] = time.perf_counter() - t0
+        slowest = np.array(steps[1:])
+        for r in range(1, comm.size):  # rank 0 collects every rank's times
+            if comm.rank == 0:
+                slowest = np.maximum(slowest, comm.recv(r, _TAG + 1))
+            elif comm.rank == r:
+                comm.send(steps[1:], 0, _TAG + 1)
+        out[i] = np.median(slowest)
+    return out if comm.rank == 0 else None
 
 
 def link_fit(sizes, one_way) -> LinkFit:
