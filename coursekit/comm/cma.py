@@ -10,7 +10,10 @@ t = alpha_control + n / bw_memcpy instead of alpha + n / bw_tcp.
 
 The kernel allows it only where the reader could ptrace the owner (same user; Yama's
 ``ptrace_scope`` and container seccomp profiles may forbid it); :func:`read_into` then
-raises ``PermissionError`` and callers fall back to sockets. Not available off Linux.
+raises ``PermissionError`` and callers fall back to sockets. Under Yama's
+``ptrace_scope=1`` (Ubuntu's default) only ancestors may read a process, not sibling
+engines; :func:`allow_readers` lifts that for the calling process, as Open MPI's shared
+memory transport does. Not available off Linux.
 """
 
 from __future__ import annotations
@@ -40,6 +43,22 @@ def _bind_libc():
 
 
 _process_vm_readv = _bind_libc()
+
+
+_PR_SET_PTRACER = 0x59616D61  # "Yama"
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1)
+
+
+def allow_readers() -> None:
+    """Let any process of this user read this one under Yama ``ptrace_scope=1``.
+
+    ``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``; without Yama (or off Linux) it does
+    nothing. It grants no more than ``ptrace_scope=0``, the kernel's own default.
+    """
+    if _process_vm_readv is None:
+        return
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)  # EINVAL without Yama: fine
 
 
 def supported() -> bool:

@@ -136,6 +136,8 @@ class ZmqComm(QueuedComm):
         token back through ``process_vm_readv`` shares this host and may use single copy.
         """
         deadline, others = now() + self._timeout, [r for r in range(self.size) if r != self.rank]
+        if enabled:
+            cma.allow_readers()
         token = np.frombuffer(os.urandom(16), np.uint64).copy()
         offer = np.array([self._pid, token.ctypes.data, *token] if enabled else [0] * 4, np.uint64)
         for peer in others:
