@@ -4,6 +4,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -280,3 +281,37 @@ def test_single_copy_send_times_out_naming_a_peer_that_never_copies():
     msg, waited = run_procs(_sendrecv_to_silent_peer, 2, timeout=20)[0]
     assert "rank 0: send(dest=1, tag=0) timed out after 1 s waiting for rank 1" in msg
     assert 0.9 < waited < 3
+
+
+def test_a_rank_still_shaking_hands_accepts_single_copy_from_one_that_finished(monkeypatch):
+    """Rank 2 is slow to check rank 1: rank 0 finishes connecting first and sends rank 1 a
+    REMOTE message while rank 1 still waits for rank 2's verdict."""
+    eps = [czmq.bind() for _ in range(3)]
+    addrs = [e.address for e in eps]
+    who = threading.local()
+    probe = czmq._token_readable
+
+    def slow_probe(pid, address, expected):
+        if who.rank == 2 and who.probes == 1:  # rank 2's second probe is of rank 1
+            time.sleep(0.5)
+        who.probes += 1
+        return probe(pid, address, expected)
+
+    monkeypatch.setattr(czmq, "_token_readable", slow_probe)
+    big = np.arange(100000, dtype=np.float64)
+
+    def rank(r):
+        who.rank, who.probes = r, 0
+        comm = eps[r].connect(r, addrs, timeout=5)
+        try:
+            if r == 2:
+                return None
+            return comm.sendrecv(big + r, 1 - r, source=1 - r)
+        finally:
+            comm.barrier()
+            comm.close(linger=0)
+
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(rank, range(3)))
+    np.testing.assert_array_equal(got[0], big + 1)
+    np.testing.assert_array_equal(got[1], big)

@@ -145,13 +145,13 @@ class ZmqComm(QueuedComm):
         for peer in others:
             pid, address, *expected = self._match(peer, HELLO_TAG, None, deadline, ("connect",))[1]
             readable = enabled and pid != 0 and _token_readable(int(pid), int(address), expected)
-            if readable:
+            if readable:  # accept its REMOTE messages before it can send one (our verdict)
                 self._peer_pid[peer] = int(pid)
+                self._remote_peers = frozenset(self._peer_pid)
             self._post(peer, np.array([readable], np.uint8), VERDICT_TAG, True)
         self._readers = frozenset(
             peer for peer in others
             if self._match(peer, VERDICT_TAG, None, deadline, ("connect",))[1][0])
-        self._remote_peers = frozenset(self._peer_pid)
         del token  # every peer has read it (its verdict came after its read)
 
     @property
