@@ -123,12 +123,9 @@ def allreduce(comm, x, op: str = "sum", algorithm: str = DEFAULT, *,
     """
     call = prepare(comm, "allreduce", ALGORITHMS, algorithm, x, op=op, check=check, out=out)
     if out is None:
-        buf = np.array(call.x, order="C").reshape(-1)
-    else:
-        if out is not x:
-            np.copyto(out, call.x)
-        buf = out.reshape(-1)  # a view: out is C-contiguous
-    result = call.impl(comm, buf, call.ufunc, tag("allreduce"))
-    if result is not buf:
-        buf[...] = result
-    return out if out is not None else buf.reshape(call.shape)
+        out = np.array(call.x, order="C")
+    elif out is not x:
+        np.copyto(out, call.x)
+    # every algorithm works in place on the flat view (out is C-contiguous)
+    call.impl(comm, out.reshape(-1), call.ufunc, tag("allreduce"))
+    return out

@@ -35,13 +35,13 @@ def time_collective(comm, collective: str, algorithm: str, nbytes: int, repeats:
     kw = {"root": 0} if collective in _ROOTED else {}
     fn = FUNCTIONS[collective]
     times = np.empty(repeats)
+    in_place = collective == "allreduce"
     for i in range(repeats):
-        data = x
-        if collective == "allreduce":
-            data = kw["out"] = x.copy()
+        data = x.copy() if in_place else x
+        into = {"out": data} if in_place else {}
         comm.barrier()
         t0 = time.perf_counter()
-        fn(comm, data, algorithm=algorithm, check=False, **kw)
+        fn(comm, data, algorithm=algorithm, check=False, **kw, **into)
         times[i] = time.perf_counter() - t0
     return times
 

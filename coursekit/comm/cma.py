@@ -19,6 +19,7 @@ memory transport does. Not available off Linux.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import sys
 
@@ -30,19 +31,21 @@ class _IOVec(ctypes.Structure):
 
 
 def _bind_libc():
+    """(process_vm_readv, prctl) from the C library, or (None, None) off Linux."""
     if not sys.platform.startswith("linux"):
-        return None
+        return None, None
     try:
-        fn = ctypes.CDLL(None, use_errno=True).process_vm_readv
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.process_vm_readv
     except (OSError, AttributeError):
-        return None
+        return None, None
     iov = ctypes.POINTER(_IOVec)
     fn.argtypes = [ctypes.c_int, iov, ctypes.c_ulong, iov, ctypes.c_ulong, ctypes.c_ulong]
     fn.restype = ctypes.c_ssize_t
-    return fn
+    return fn, libc.prctl
 
 
-_process_vm_readv = _bind_libc()
+_process_vm_readv, _prctl = _bind_libc()
 
 
 _PR_SET_PTRACER = 0x59616D61  # "Yama"
@@ -55,10 +58,8 @@ def allow_readers() -> None:
     ``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``; without Yama (or off Linux) it does
     nothing. It grants no more than ``ptrace_scope=0``, the kernel's own default.
     """
-    if _process_vm_readv is None:
-        return
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)  # EINVAL without Yama: fine
+    if _prctl is not None:
+        _prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)  # EINVAL without Yama: fine
 
 
 def supported() -> bool:
@@ -83,6 +84,6 @@ def read_into(pid: int, address: int, target: np.ndarray) -> None:
         remote = _IOVec(address + done, total - done)
         n = _process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
         if n <= 0:
-            err = ctypes.get_errno() if n < 0 else 14  # 0 bytes: treat as EFAULT
+            err = ctypes.get_errno() if n < 0 else errno.EFAULT  # 0 bytes read
             raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
         done += n

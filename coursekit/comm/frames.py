@@ -90,16 +90,17 @@ def wire_array(arr) -> np.ndarray:
 
 def encode(arr: np.ndarray, tag: int, source: int, inline: bool = False) -> bytes:
     """Header for ``arr`` (a :func:`wire_array`), followed by its bytes when ``inline``."""
-    head = _FULL[arr.ndim].pack(MAGIC, _CODE[arr.dtype], arr.ndim, INLINE if inline else 0,
-                                tag, source, *arr.shape)
+    head = _header(arr, INLINE if inline else 0, tag, source)
     return head + arr.tobytes() if inline else head
 
 
 def encode_remote(arr: np.ndarray, tag: int, source: int, pid: int, message_id: int) -> bytes:
     """A REMOTE message for ``arr``: header + (pid, address of arr's data, message_id)."""
-    head = _FULL[arr.ndim].pack(MAGIC, _CODE[arr.dtype], arr.ndim, REMOTE, tag, source,
-                                *arr.shape)
-    return head + DESCRIPTOR.pack(pid, arr.ctypes.data, message_id)
+    return _header(arr, REMOTE, tag, source) + DESCRIPTOR.pack(pid, arr.ctypes.data, message_id)
+
+
+def _header(arr: np.ndarray, flags: int, tag: int, source: int) -> bytes:
+    return _FULL[arr.ndim].pack(MAGIC, _CODE[arr.dtype], arr.ndim, flags, tag, source, *arr.shape)
 
 
 def descriptor(header: Header, frame) -> tuple[int, int, int]:

@@ -120,8 +120,7 @@ class ZmqComm(QueuedComm):
         self._readers: frozenset = frozenset()  # ranks that can copy from our memory
         self._peer_pid: dict[int, int] = {}     # ranks whose memory we can copy from
         self._sent = 0                          # id of the last REMOTE message sent
-        self._done: set[int] = set()            # ids the receivers have copied
-        self._in_flight: dict[int, np.ndarray] = {}  # kept alive until copied
+        self._in_flight: dict[int, np.ndarray] = {}  # REMOTE arrays not yet copied: kept alive
         if self.size > 1:
             try:
                 self._handshake(single_copy and cma.supported())
@@ -138,7 +137,7 @@ class ZmqComm(QueuedComm):
         deadline, others = now() + self._timeout, [r for r in range(self.size) if r != self.rank]
         if enabled:
             cma.allow_readers()
-        token = np.frombuffer(os.urandom(16), np.uint64).copy()
+        token = np.frombuffer(os.urandom(16), np.uint64).copy()  # alive until every verdict
         offer = np.array([self._pid, token.ctypes.data, *token] if enabled else [0] * 4, np.uint64)
         for peer in others:
             self._post(peer, offer, HELLO_TAG, True)
@@ -152,7 +151,6 @@ class ZmqComm(QueuedComm):
         self._readers = frozenset(
             peer for peer in others
             if self._match(peer, VERDICT_TAG, None, deadline, ("connect",))[1][0])
-        del token  # every peer has read it (its verdict came after its read)
 
     @property
     def single_copy_peers(self) -> frozenset:
@@ -199,23 +197,22 @@ class ZmqComm(QueuedComm):
             raise self._timeout_error(("send", dest, tag), dest, tag) from None
 
     def _await_copied(self, message_id, dest, tag, deadline):
-        """Read incoming messages (keeping them for later recvs) until ``message_id`` is done."""
-        while message_id not in self._done:
+        """Read incoming messages (keeping them for later recvs) until ``message_id`` is done.
+
+        A timeout leaves the array in ``_in_flight``: the receiver may still read it.
+        """
+        while message_id in self._in_flight:
             header, head = self._read_header(deadline, ("send", dest, tag), dest, tag)
             if header.tag == DONE_TAG:
                 self._note_done(header, head)
             else:
                 self._unmatched.append((header, self._payload(header, head, None)))
-        self._done.discard(message_id)
-        # a timeout above leaves the array in _in_flight: the receiver may still read it
 
     def _note_done(self, header, head) -> None:
         if header.source not in self._readers or header.shape != (1,) or header.dtype != np.uint64:
             raise CommError(f"rank {self.rank}: dropped a malformed 'copied' notice from rank "
                             f"{header.source}")
-        message_id = int(frames.to_array(header, head, header.size)[0])
-        self._done.add(message_id)
-        self._in_flight.pop(message_id, None)
+        self._in_flight.pop(int(frames.to_array(header, head, header.size)[0]), None)
 
     def _next_header(self, deadline, op, peer, tag):
         """The next message for matching; 'copied' notices are noted on the way."""

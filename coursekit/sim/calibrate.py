@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from coursekit.collectives import reduce
 from coursekit.costmodel import LinkFit, fit
 
 __all__ = ["SIZES", "exchange", "link_fit", "pingpong", "ring_exchange"]
@@ -81,13 +82,9 @@ def ring_exchange(comm, sizes=SIZES, repeats: int = 5):
             t0 = time.perf_counter()
             comm.sendrecv(send, right, source=left, sendtag=_TAG, recvtag=_TAG, out=recv)
             steps[k] = time.perf_counter() - t0
-        slowest = np.array(steps[1:])
-        for r in range(1, comm.size):  # rank 0 collects every rank's times
-            if comm.rank == 0:
-                slowest = np.maximum(slowest, comm.recv(r, _TAG + 1))
-            elif comm.rank == r:
-                comm.send(steps[1:], 0, _TAG + 1)
-        out[i] = np.median(slowest)
+        slowest = reduce(comm, steps[1:], root=0, op="max", check=False)
+        if comm.rank == 0:
+            out[i] = np.median(slowest)
     return out if comm.rank == 0 else None
 
 
