@@ -20,7 +20,12 @@ if os.environ.get("CI"):
 
 IPYTHON_DIR = tempfile.mkdtemp(prefix="coursekit-test-ipython-")
 os.environ["IPYTHONDIR"] = IPYTHON_DIR
-os.environ.pop("COURSEKIT_CLUSTER", None)  # tests start their own clusters
+# Tests start their own clusters, except the run in which tests/clusters checks every
+# notebook attached to an instructor-style cluster (it names that cluster here).
+if os.environ.get("COURSEKIT_TEST_CLUSTER"):
+    os.environ["COURSEKIT_CLUSTER"] = os.environ["COURSEKIT_TEST_CLUSTER"]
+else:
+    os.environ.pop("COURSEKIT_CLUSTER", None)
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiet debugpy in kernels
 
 
