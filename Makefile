@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install lab test notebooks exercises bench clean
+.PHONY: install lab test test-clusters notebooks exercises bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -28,8 +28,13 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(CURDIR) $(AS_ROOT) $(LAB_ARGS) notebooks/00_setup.ipynb
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests notebooks solutions --nbval --nbval-current-env \
+	$(BIN)/python -m pytest tests notebooks solutions --ignore=tests/clusters --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 $(PYTEST_ARGS)
+
+# Every notebook on every cluster kind the README offers (MPI profile, real Slurm, two
+# hosts, JupyterHub on Slurm). Needs root and Debian's slurm-wlm and munge (see .ci/run).
+test-clusters: $(STAMP)
+	$(BIN)/python -m pytest tests/clusters $(PYTEST_ARGS)
 
 notebooks: $(STAMP)
 	$(BIN)/python -m coursekit.notebooks execute
