@@ -14,6 +14,7 @@ hosts) gets one test that starts that cluster the way an instructor does, then:
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,6 @@ SOLUTIONS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "solutions").glob("
 ENV_TEST_CLUSTER = "COURSEKIT_TEST_CLUSTER"
 
 
-def _engine_identity():
-    import os
-    import socket
-
-    return socket.gethostname(), os.getpid()
-
-
 def census(client_file: str | Path, n: int, timeout: float = 120.0) -> dict[int, tuple[str, int]]:
     """Engine id -> (host, pid) of the cluster described by ``client_file``, once at least
     ``n`` engines are registered."""
@@ -42,8 +36,8 @@ def census(client_file: str | Path, n: int, timeout: float = 120.0) -> dict[int,
     try:
         client.wait_for_engines(n, timeout=timeout, interactive=False)
         ids = sorted(client.ids)
-        found = client.direct_view(targets=ids).apply_sync(_engine_identity)
-        return dict(zip(ids, map(tuple, found)))
+        view = client.direct_view(targets=ids)  # os and socket functions pickle by name
+        return dict(zip(ids, zip(view.apply_sync(socket.gethostname), view.apply_sync(os.getpid))))
     finally:
         client.close()
 
