@@ -110,9 +110,21 @@ def _connect(addresses: list, timeout: float, trace: bool) -> None:
 
 
 def _make_mpi_comm(timeout: float, trace: bool) -> None:
+    """A notebook that uses only ranks 0 .. size-1 of a bigger MPI job (an instructor's
+    cluster) gets a communicator of those ranks: ``MPI_Comm_create_group`` is collective
+    over the group alone, so the job's other engines are not involved."""
     global _comm
+    from mpi4py import MPI
+
+    from coursekit.cluster import this_engine
+
     from .mpi import MpiComm
     _close()
-    _comm = MpiComm(timeout=timeout, trace=trace)
+    world, size = MPI.COMM_WORLD, this_engine().size
+    base = world if size == world.Get_size() else \
+        world.Create_group(world.Get_group().Incl(list(range(size))))
+    _comm = MpiComm(base, timeout=timeout, trace=trace)
+    if base is not world:
+        base.Free()  # MpiComm works on its own duplicates
     if _comm.rank != _rank():
         raise CommError(f"MPI rank {_comm.rank} differs from the cluster's rank {_rank()}")
