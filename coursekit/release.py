@@ -6,7 +6,8 @@ to students as it is. ``student`` writes a folder they can use instead::
     notebooks/*.ipynb     the chapter notebooks, with their stored outputs
     exercises/*.ipynb     generated from solutions/ (solution blocks stubbed out)
     coursekit/            the course library (the notebooks import it; see below)
-    pyproject.toml, Makefile, README.md   ``make lab`` installs it and opens JupyterLab
+    pyproject.toml, constraints.txt, Makefile, README.md   ``make lab`` installs it (the
+                          pinned versions the stored outputs came from) and opens JupyterLab
 
 and then verifies it: every notebook and exercise is there, no file holds a solution
 marker, no solution block's code appears anywhere, and nothing from ``solutions/``,
@@ -65,7 +66,8 @@ def write_student_release(out: Path, force: bool = False, root: Path = nb.ROOT) 
     for solution in solutions(root):
         nbformat.write(nb.exercise_from(nbformat.read(solution, as_version=4)), out / "exercises" / solution.name)
     shutil.copytree(root / "coursekit", out / "coursekit", ignore=CACHES, dirs_exist_ok=True)
-    shutil.copyfile(root / "pyproject.toml", out / "pyproject.toml")
+    for name in ("pyproject.toml", "constraints.txt"):  # the versions the stored outputs came from
+        shutil.copyfile(root / name, out / name)
     for template in ("Makefile", "README.md"):
         shutil.copyfile(TEMPLATES / template, out / template)
     verify_release(out, root)

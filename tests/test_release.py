@@ -50,6 +50,9 @@ def test_release_has_every_notebook_and_exercise_and_no_solution(student_folder)
     for notebook in student_folder.rglob("*.ipynb"):
         assert "### BEGIN SOLUTION" not in notebook.read_text()
     release.verify_release(student_folder)  # the same check the command ran
+    # students install the versions the stored outputs were computed with
+    assert (student_folder / "constraints.txt").read_text() == (nb.ROOT / "constraints.txt").read_text()
+    assert "-c constraints.txt" in (student_folder / "Makefile").read_text()
 
 
 def test_release_library_imports_from_the_release_folder(student_folder):
