@@ -50,6 +50,22 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str = "127.0.0.
     return backend
 
 
+def reset_comm(cluster_handle) -> str:
+    """Rebuild the engines' comms with the settings they have (backend, interface, timeout,
+    tracing): the cheap way to drop every message still in flight after a run that broke
+    off (a crashed worker, an interrupted collective). Returns the backend."""
+    backend, interface, timeout, trace = cluster_handle.run(_settings)[0]
+    return setup_comm(cluster_handle, backend, interface, timeout, trace)
+
+
+def _settings() -> tuple:
+    comm = engine_comm()
+    if type(comm).__name__ == "MpiComm":
+        return "mpi", "127.0.0.1", comm.timeout, comm.tracing
+    host = comm.addresses[comm.rank].rpartition(":")[0].removeprefix("tcp://")
+    return "zmq", host, comm.timeout, comm.tracing
+
+
 def teardown_comm(cluster_handle) -> None:
     """Close the comm on every engine (its sockets or MPI communicators)."""
     cluster_handle.run(_close)
