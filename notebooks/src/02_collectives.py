@@ -61,7 +61,8 @@ plt.show()
 # none: MPI moves data between ranks on one node through shared memory by itself.
 
 # %%
-# NBVAL_IGNORE_OUTPUT (which engines share a host depends on the cluster you run on)
+# NBVAL_IGNORE_OUTPUT
+# (which engines share a host depends on the cluster you run on)
 def single_copy_peers():
     from coursekit.comm import engine_comm
     return sorted(engine_comm().single_copy_peers)
