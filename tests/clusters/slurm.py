@@ -79,7 +79,7 @@ PartitionName={partition} Nodes={node} Default=YES MaxTime=INFINITE State=UP Ove
 class SlurmCluster:
     """Start a one-node Slurm in ``folder`` (see the module docstring)."""
 
-    def __init__(self, folder, *, cpus: int = 8, gpus: int = 4, partition: str = "gpu",
+    def __init__(self, folder, *, cpus: int = 32, gpus: int = 4, partition: str = "gpu",
                  node: str = "ck1", timeout: float = 60.0):
         self.folder = Path(folder)
         self.cpus, self.gpus, self.partition, self.node = cpus, gpus, partition, node
