@@ -116,7 +116,7 @@ def _link(cluster, a: int, b: int, repeats: int):
 
 
 def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
-                  nodes: int | None = None, interface: str = "127.0.0.1",
+                  nodes: int | None = None, interface: str | None = None,
                   repeats: int = 5) -> Report:
     """Check an attached :class:`~coursekit.cluster.CourseCluster`; return the Report."""
     from coursekit.comm import setup_comm, teardown_comm
@@ -162,7 +162,7 @@ def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
                       "mpi ...`) or `ipcluster start --engines=mpi`"))
         else:
             add(Check("mpi", True, f"{cluster.size} MPI ranks ({facts[0]['mpi']})"))
-    if len(hosts) > 1 and not cluster.mpi and _is_loopback(interface):
+    if len(hosts) > 1 and not cluster.mpi and interface is not None and _is_loopback(interface):
         add(Check("comm", False, f"ZMQ would bind to {interface} on {len(hosts)} hosts",
                   "pass --interface with a network interface every host has (e.g. eth0, ib0)"))
         return report
@@ -198,8 +198,9 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus-per-engine", type=int, default=0)
     parser.add_argument("--mpi", action="store_true", help="engines must be MPI ranks")
     parser.add_argument("--nodes", type=int, default=None, help="hosts that must have engines")
-    parser.add_argument("--interface", default="127.0.0.1",
-                        help="where ZMQ engines bind (e.g. eth0 on a multi-host cluster)")
+    parser.add_argument("--interface", default=None,
+                        help="where ZMQ engines bind (default: loopback on one host, else the "
+                             "address each engine reaches the controller from; or e.g. eth0)")
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
     from coursekit import cluster as ck

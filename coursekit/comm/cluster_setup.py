@@ -24,14 +24,16 @@ _endpoint = None  # engine side, between the two ZMQ phases
 _comm = None      # engine side: the Comm of this engine
 
 
-def setup_comm(cluster_handle, backend: str = "auto", interface: str = "127.0.0.1",
+def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = None,
                timeout: float = 30.0, trace: bool = False) -> str:
     """Create a Comm on every engine of ``cluster_handle``; return the backend used.
 
     ``backend="auto"`` picks MPI when the engines are MPI ranks, else ZMQ. ``interface``
     is where ZMQ engines bind (an IP address or interface name, e.g. "eth0" on a real
-    cluster). ``timeout`` becomes each comm's timeout; ``trace`` turns tracing on.
-    A previous comm on the engines is closed first.
+    cluster); by default loopback when every engine runs on one host, else each engine
+    binds the address it reaches the controller from (never every interface), so the same
+    notebook runs on a laptop and across hosts. ``timeout`` becomes each comm's timeout;
+    ``trace`` turns tracing on. A previous comm on the engines is closed first.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -45,6 +47,8 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str = "127.0.0.
     if backend == "mpi":
         cluster_handle.run(_make_mpi_comm, timeout, trace, timeout=limit)
         return backend
+    if interface is None:
+        interface = _default_interface(cluster_handle)
     addresses = cluster_handle.run(_bind, interface, timeout=limit)
     cluster_handle.run(_connect, addresses, timeout, trace, timeout=limit)
     return backend
@@ -60,10 +64,8 @@ def reset_comm(cluster_handle) -> str:
 
 def _settings() -> tuple:
     comm = engine_comm()
-    if type(comm).__name__ == "MpiComm":
-        return "mpi", "127.0.0.1", comm.timeout, comm.tracing
-    host = comm.addresses[comm.rank].rpartition(":")[0].removeprefix("tcp://")
-    return "zmq", host, comm.timeout, comm.tracing
+    backend = "mpi" if type(comm).__name__ == "MpiComm" else "zmq"
+    return backend, SAME_ADDRESS, comm.timeout, comm.tracing
 
 
 def teardown_comm(cluster_handle) -> None:
@@ -109,9 +111,42 @@ def _close() -> None:
     _comm = _endpoint = None
 
 
+#: ``_bind``'s interfaces for "the address this engine reaches the controller from" and
+#: "the address this engine's comm is bound to now" (each engine has its own).
+TOWARDS_CONTROLLER, SAME_ADDRESS = "towards:", "same:"
+
+
+def _default_interface(cluster_handle) -> str:
+    """Loopback when all engines share a host; else ``towards:<controller address>``."""
+    hosts = set(cluster_handle.run(_host))
+    if len(hosts) == 1:
+        return "127.0.0.1"
+    url = cluster_handle.client._config["interface"]  # tcp://ADDRESS of the controller
+    return TOWARDS_CONTROLLER + url.split("://")[-1]
+
+
+def _host() -> str:
+    from coursekit.cluster import this_engine
+    return this_engine().host
+
+
+def _source_address(destination: str) -> str:
+    """The local address the kernel routes ``destination`` from (a UDP connect sends
+    nothing; it only picks the route)."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((destination, 9))
+        return probe.getsockname()[0]
+
+
 def _bind(interface: str) -> str:
     global _endpoint
     from .zmq import bind
+    if interface == SAME_ADDRESS:
+        comm = engine_comm()
+        interface = comm.addresses[comm.rank].removeprefix("tcp://").rpartition(":")[0]
+    elif interface.startswith(TOWARDS_CONTROLLER):
+        interface = _source_address(interface[len(TOWARDS_CONTROLLER):])
     _close()
     _endpoint = bind(interface)
     return _endpoint.address

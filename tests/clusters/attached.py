@@ -13,8 +13,8 @@ hosts) gets one test that starts that cluster the way an instructor does, then:
 
 from __future__ import annotations
 
+import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,43 +27,55 @@ SOLUTIONS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "solutions").glob("
 ENV_TEST_CLUSTER = "COURSEKIT_TEST_CLUSTER"
 
 
-def census(client_file: str | Path, n: int, timeout: float = 120.0) -> dict[int, tuple[str, int]]:
-    """Engine id -> (host, pid) of the cluster described by ``client_file``, once at least
-    ``n`` engines are registered."""
-    import ipyparallel as ipp
+CENSUS = """
+import json, os, socket, sys
+import ipyparallel as ipp
+client = ipp.Client(sys.argv[1], timeout=30)
+try:
+    client.wait_for_engines(int(sys.argv[2]), timeout=float(sys.argv[3]), interactive=False)
+    ids = sorted(client.ids)
+    view = client.direct_view(targets=ids)  # os and socket functions pickle by name
+    print(json.dumps(list(zip(ids, view.apply_sync(socket.gethostname), view.apply_sync(os.getpid)))))
+finally:
+    client.close()
+"""
 
-    client = ipp.Client(str(client_file), timeout=30)
-    try:
-        client.wait_for_engines(n, timeout=timeout, interactive=False)
-        ids = sorted(client.ids)
-        view = client.direct_view(targets=ids)  # os and socket functions pickle by name
-        return dict(zip(ids, zip(view.apply_sync(socket.gethostname), view.apply_sync(os.getpid))))
-    finally:
-        client.close()
+
+def census(client_file: str | Path, n: int, timeout: float = 120.0,
+           prefix: tuple = ()) -> dict[int, tuple[str, int]]:
+    """Engine id -> (host, pid) of the cluster described by ``client_file``, once at least
+    ``n`` engines are registered; asked from a process started with ``prefix`` (e.g. in
+    the network namespace that reaches the controller)."""
+    done = subprocess.run([*prefix, sys.executable, "-c", CENSUS, str(client_file), str(n),
+                           str(timeout)], capture_output=True, text=True, timeout=timeout + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"census of {client_file} failed: {done.stderr[-3000:]}")
+    return {eid: (host, pid) for eid, host, pid in json.loads(done.stdout)}
 
 
 def run_notebooks(client_file: str | Path, paths=None, *, env: dict | None = None,
-                  timeout: float = 1500.0) -> subprocess.CompletedProcess:
+                  prefix: tuple = (), timeout: float = 1500.0) -> subprocess.CompletedProcess:
     """nbval over ``paths`` (default: every notebook and solution) in a fresh pytest
-    process whose kernels attach to ``client_file``; returns the finished process
-    (``returncode``, combined ``stdout``)."""
+    process (started with ``prefix``) whose kernels attach to ``client_file``; returns the
+    finished process (``returncode``, combined ``stdout``)."""
     paths = list(paths or NOTEBOOKS + SOLUTIONS)
     environment = dict(os.environ, **(env or {}))
     environment[ENV_TEST_CLUSTER] = str(client_file)
-    command = [sys.executable, "-m", "pytest", *paths, "--nbval", "--nbval-current-env",
+    command = [*prefix, sys.executable, "-m", "pytest", *paths, "--nbval", "--nbval-current-env",
                "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=300",
                "-p", "no:cacheprovider", "-q", "-x"]
     return subprocess.run(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
-def assert_notebooks_pass_and_cluster_survives(client_file, n: int, paths=None, **kw) -> str:
+def assert_notebooks_pass_and_cluster_survives(client_file, n: int, paths=None, *,
+                                               prefix: tuple = (), **kw) -> str:
     """The whole check of one cluster kind; returns the nbval output (for the log)."""
-    before = census(client_file, n)
+    before = census(client_file, n, prefix=prefix)
     assert len(before) >= n, f"the cluster has {len(before)} engines, the notebooks need {n}"
-    run = run_notebooks(client_file, paths, **kw)
+    run = run_notebooks(client_file, paths, prefix=prefix, **kw)
     assert run.returncode == 0, f"nbval on the attached cluster failed:\n{run.stdout[-20000:]}"
-    after = census(client_file, n)
+    after = census(client_file, n, prefix=prefix)
     assert after == before, (f"the notebooks changed a cluster they do not own:\n"
                              f"before {before}\nafter  {after}")
     return run.stdout
