@@ -18,7 +18,7 @@ in brackets), so this file is used unchanged; run it as::
 COURSEKIT_HUB_PARTITION     Slurm partition of the students' jobs [gpu]
 COURSEKIT_HUB_CPUS          cores per student (= engines + 1 for the kernel) [5]
 COURSEKIT_HUB_GPUS          GPUs per student, 0 for a CPU-only class [0]
-COURSEKIT_HUB_MEMORY        memory per student, Slurm syntax [16G]
+COURSEKIT_HUB_MEMORY        memory per student, Slurm syntax [8G]
 COURSEKIT_HUB_TIME          time limit of a student's job (the lesson's length) [02:00:00]
 COURSEKIT_HUB_CLASS_LIST    file with one Unix user name per line: who may log in [required]
 COURSEKIT_HUB_IP            address of the public proxy [0.0.0.0; put TLS in front of it]
@@ -60,7 +60,7 @@ def setting(name: str, default: str | None, pattern: re.Pattern | None, allowed:
 PARTITION = setting("PARTITION", "gpu", _NAME, "a Slurm partition name (`sinfo -s`)")
 CPUS = int(setting("CPUS", "5", re.compile(r"^[1-9]\d*$"), "a positive number of cores"))
 GPUS = int(setting("GPUS", "0", re.compile(r"^\d+$"), "a number of GPUs (0 for none)"))
-MEMORY = setting("MEMORY", "16G", _MEMORY, "Slurm memory such as 16G or 8000M")
+MEMORY = setting("MEMORY", "8G", _MEMORY, "Slurm memory such as 16G or 8000M")
 TIME = setting("TIME", "02:00:00", _TIME, "a Slurm time limit such as 90 or 02:00:00")
 CLASS_LIST = Path(setting("CLASS_LIST", None, None, "a file of user names, one a line"))
 VENV = Path(setting("VENV", sys.prefix, None, "a virtual environment folder"))
