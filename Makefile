@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS ?= test,mpi
 comma  := ,
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)-$(subst $(comma),-,$(EXTRAS))
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)-$(subst $(comma),-,$(EXTRAS))
 PORT   ?= 8888
 CLASS_PYTHON ?= /usr/bin/python3
 CLASS_VENV   := .venv-class
@@ -15,13 +15,13 @@ PYTEST_ARGS ?=
 LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install lab test test-clusters notebooks exercises bench clean
+.PHONY: install lab test test-clusters notebooks exercises bench lock clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]" -c constraints.txt
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
@@ -58,6 +58,12 @@ exercises: $(STAMP)
 bench:
 	$(MAKE) install EXTRAS=test,mpi,bench
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+# Pin every package to the versions installed now (after changing pyproject.toml and
+# `make install EXTRAS=test,mpi,bench,class`), then rebuild the notebooks with them.
+lock:
+	{ echo "# Versions the stored notebook outputs were computed with (make lock rewrites this)."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -e '^torch==' -e '^coursekit'; } > constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

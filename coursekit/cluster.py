@@ -134,12 +134,15 @@ class CourseCluster:
     cluster (an instructor's) is only disconnected from.
     """
 
-    def __init__(self, client, ipp_cluster=None, *, timeout: float = 60.0):
+    def __init__(self, client, ipp_cluster=None, *, timeout: float = 60.0,
+                 size: int | None = None):
         self.client = client
         self.ipp_cluster = ipp_cluster
         self.timeout = timeout
         self._stopped = False
         self.engine_ids, self.mpi, hosts = self._assign_ranks()
+        if size is not None:  # the first `size` ranks; the other engines stay untouched
+            self.engine_ids, hosts = self.engine_ids[:size], hosts[:size]
         self.size = len(self.engine_ids)
         self.view = client.direct_view(targets=self.engine_ids)
         self.view.block = False
@@ -264,8 +267,9 @@ def start(
     """Start a local cluster of ``n`` engines and connect to it.
 
     If the environment variable ``COURSEKIT_CLUSTER`` is set, attach to that
-    running cluster instead (``n`` is then the minimum number of engines to
-    wait for) so notebooks run unchanged on an instructor's cluster.
+    running cluster instead, so notebooks run unchanged on an instructor's
+    cluster: wait until it has ``n`` engines and use ranks 0 .. n-1 of them, so
+    the lesson has the same shape (and the same outputs) as on a laptop.
 
     ``engines="mpi"`` starts the engines with ``mpiexec`` from this Python's
     environment (``pip install "coursekit[mpi]"``), so they are MPI ranks.
@@ -277,7 +281,7 @@ def start(
     if engines not in ENGINE_LAUNCHERS:
         raise ValueError(f"engines must be one of {ENGINE_LAUNCHERS}, got {engines!r}")
     if os.environ.get(ENV_CLUSTER):
-        return connect(n=n, timeout=timeout)
+        return connect(n=n, size=n, timeout=timeout)
     if profile is not None:
         _profile_dir(profile)  # a clear error if it does not exist
 
@@ -322,6 +326,7 @@ def connect(
     profile: str | None = None,
     cluster_id: str | None = None,
     n: int = 1,
+    size: int | None = None,
     timeout: float = 60.0,
 ) -> CourseCluster:
     """Attach to a running cluster.
@@ -329,11 +334,16 @@ def connect(
     ``spec`` (default: ``$COURSEKIT_CLUSTER``) is ``PROFILE``,
     ``PROFILE:CLUSTER_ID`` or the path of an ``ipcontroller-client.json``;
     ``profile`` / ``cluster_id`` may be given instead. Waits until at least
-    ``n`` engines are registered.
+    ``n`` engines are registered, then uses the first ``size`` of them in rank
+    order (default: all).
     """
     import ipyparallel as ipp
 
     _check_positive_int("n", n, "the minimum number of engines to wait for")
+    if size is not None:
+        _check_positive_int("size", size, "the number of engines to use")
+        if size > n:
+            raise ValueError(f"size={size} engines cannot be used when waiting for only n={n}")
     spec = spec if spec is not None else os.environ.get(ENV_CLUSTER, "")
     url_file = None
     if spec.endswith(".json"):
@@ -360,7 +370,7 @@ def connect(
         raise ClusterError(
             f"the cluster of {url_file} has {count} engines; waited {timeout} s for {n}"
         ) from None
-    return CourseCluster(client, timeout=timeout)
+    return CourseCluster(client, timeout=timeout, size=size)
 
 
 def _ipython_dir() -> Path:

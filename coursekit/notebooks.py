@@ -168,6 +168,20 @@ def strip_solutions(text: str, code: bool = True) -> str:
     return "\n".join(out)
 
 
+def solution_blocks(text: str) -> list[str]:
+    """The lines inside each BEGIN/END SOLUTION block (markers validated by strip_solutions)."""
+    blocks, inside = [], None
+    for line in text.split("\n"):
+        if BEGIN.match(line):
+            inside = []
+        elif END.match(line) and inside is not None:
+            blocks.append("\n".join(inside))
+            inside = None
+        elif inside is not None:
+            inside.append(line)
+    return blocks
+
+
 def stub_lines(indent: str, hint: str, code: bool) -> list[str]:
     if not code:
         return [f"YOUR ANSWER HERE{': ' + hint if hint else ''}"]

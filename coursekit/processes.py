@@ -19,10 +19,19 @@ CLUSTER_COMMAND = re.compile(
 
 def cluster_processes(ipython_dir: str | None = None) -> list[psutil.Process]:
     """Cluster processes; only those started under ``ipython_dir`` if it is given."""
+    return _processes(ipython_dir, CLUSTER_COMMAND)
+
+
+def ipython_dir_processes(ipython_dir: str) -> list[psutil.Process]:
+    """Every process started under ``ipython_dir``, whatever it runs: a kernel, its
+    clusters, and anything a notebook spawned (children inherit the environment)."""
+    return _processes(ipython_dir, None)
+
+
+def _processes(ipython_dir: str | None, command: re.Pattern | None) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "environ"]):
-        command = " ".join(proc.info["cmdline"] or [])
-        if not CLUSTER_COMMAND.search(command):
+        if command is not None and not command.search(" ".join(proc.info["cmdline"] or [])):
             continue
         environ = proc.info["environ"] or {}
         if ipython_dir is None or environ.get("IPYTHONDIR") == str(ipython_dir):

@@ -246,6 +246,9 @@ def main(argv=None) -> int:
     s.add_argument("--cpus-per-task", type=int, default=4)
     s.add_argument("--account", default="")
     s.add_argument("--sinfo", help="output of `sinfo -h -o '%%P %%G'` to check the queue")
+    s.add_argument("--controller-ip", default="*",
+                   help="address the controller listens on; the compute nodes must reach it "
+                        "(default: every interface of the node running ipcluster)")
     m = sub.add_parser("mpi", help="engines launched by the venv's mpiexec")
     m.add_argument("--engines", type=int, required=True)
     for p in (s, m):
@@ -258,7 +261,7 @@ def main(argv=None) -> int:
             profile = args.profile or "coursekit"
             spec = SlurmSpec(args.partition, args.nodes, args.gpus_per_node, args.time,
                              args.ipython_dir, profile, cpus_per_task=args.cpus_per_task,
-                             account=args.account,
+                             account=args.account, controller_ip=args.controller_ip,
                              partitions=parse_sinfo(args.sinfo) if args.sinfo else None)
             files = render_slurm(spec)
         else:

@@ -92,17 +92,22 @@ def test_stop_with_busy_engines_leaves_no_process(ipython_dir):
 
 
 def test_env_variable_attaches_to_a_running_cluster(monkeypatch, ipython_dir):
-    with cluster.start(n=2) as owner:
+    """A notebook's start(n=2) on an instructor's 3-engine cluster uses ranks 0 and 1 (the
+    lesson keeps its shape); connect() without size uses every engine."""
+    with cluster.start(n=3) as owner:
         cluster_id = owner.ipp_cluster.cluster_id
         monkeypatch.setenv(cluster.ENV_CLUSTER, f"default:{cluster_id}")
         attached = cluster.start(n=2)
         assert not attached.owned and attached.size == 2
+        assert attached.engine_ids == owner.engine_ids[:2]
         assert attached.run(fail_on_rank, -1) == [0, 1]
         attached.stop()  # only disconnects
-        assert owner.run(fail_on_rank, -1) == [0, 1]
         again = cluster.connect(profile="default", cluster_id=cluster_id)
-        assert again.size == 2
+        assert again.size == 3
+        assert again.run(fail_on_rank, -1) == [0, 1, 2]
         again.stop()
+        with pytest.raises(ValueError, match="size=3 engines cannot be used when waiting for only n=2"):
+            cluster.connect(profile="default", cluster_id=cluster_id, n=2, size=3)
 
 
 def test_engines_that_fail_to_start_report_their_output(tmp_path):
@@ -164,3 +169,29 @@ def mpi_world_rank():
     from mpi4py import MPI
 
     return MPI.COMM_WORLD.Get_rank()
+
+
+@interactive
+def allreduce_rank_sum():
+    import numpy as np
+
+    from coursekit.collectives import allreduce
+    from coursekit.comm import engine_comm
+
+    comm = engine_comm()
+    return type(comm).__name__, comm.size, allreduce(comm, np.array([comm.rank + 1.0]))[0]
+
+
+@pytest.mark.mpi
+def test_a_notebook_on_part_of_an_mpi_job_gets_an_mpi_comm_of_its_ranks(monkeypatch):
+    """start(n=2) attached to a 3-rank MPI job: MpiComm over ranks 0-1 only (the third
+    engine is not part of the collective and stays free)."""
+    pytest.importorskip("mpi4py", reason="needs the mpi extra: pip install '.[mpi]'")
+    from coursekit.comm import setup_comm
+
+    with cluster.start(n=3, engines="mpi") as owner:
+        monkeypatch.setenv(cluster.ENV_CLUSTER, f"default:{owner.ipp_cluster.cluster_id}")
+        with cluster.start(n=2) as part:
+            assert part.mpi and setup_comm(part) == "mpi"
+            assert part.run(allreduce_rank_sum) == [("MpiComm", 2, 3.0)] * 2
+        assert owner.client[owner.engine_ids[2]].apply_sync(mpi_world_rank) == 2

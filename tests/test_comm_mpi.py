@@ -157,7 +157,11 @@ def check_collectives_equal_mpi_own(comm):
     np.testing.assert_array_equal(C.scatter(comm, x if r == 0 else None, root=0), native)
 
 
-CHECKS = [check_collectives_equal_mpi_own, check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
+def check_single_copy_peers(comm):
+    assert comm.single_copy_peers == frozenset()  # MPI moves shared memory itself
+
+
+CHECKS = [check_single_copy_peers, check_collectives_equal_mpi_own, check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
           check_timeout, check_barrier, check_private_context, check_trace]
 
 

@@ -48,3 +48,18 @@ def test_conda_environment_installs_coursekit_itself():
 def test_split_normalizes_conda_pins():
     assert split("pytorch=2.13.0") == ("pytorch", "==2.13.0")
     assert split("scikit_learn >= 1.4") == ("scikit-learn", ">=1.4")
+
+
+def test_every_dependency_is_pinned_within_its_range():
+    """The stored notebook outputs are numbers computed with constraints.txt's versions:
+    every package coursekit asks for is pinned there, inside pyproject.toml's range."""
+    from packaging.specifiers import SpecifierSet
+
+    pins = dict(split(line) for line in (ROOT / "constraints.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#"))
+    for name, spec in pip_requirements().items():
+        if spec.startswith("=="):
+            continue  # pinned in pyproject.toml itself (torch for the benchmarks)
+        assert name in pins, f"{name} is not pinned in constraints.txt (run make lock)"
+        version = pins[name].removeprefix("==")
+        assert version in SpecifierSet(spec), f"constraints.txt pins {name}=={version}, outside {spec}"

@@ -16,8 +16,8 @@ def test_killing_a_worker_engine_leaves_an_asp_run_to_the_others():
         ok = train_on_cluster(c, PSConfig(model="ssp", staleness=1, n_workers=3, steps=20),
                               timeout=60)
         assert ok.applied == 60 and ok.lost == [] and ok.staleness.max() <= 1
-        cfg = PSConfig(model="asp", n_workers=3, steps=60, crash={1: 25}, worker_timeout=1.0,
-                       straggler={0: 0.002, 2: 0.002})
+        cfg = PSConfig(model="asp", n_workers=3, steps=60, crash={1: 25}, crash_kills=True,
+                       worker_timeout=1.0, straggler={0: 0.002, 2: 0.002})
         result = train_on_cluster(c, cfg, timeout=60)
     assert result.workers[1] is None  # its process is gone: no report
     assert [result.workers[w].status for w in (0, 2)] == ["finished", "finished"]

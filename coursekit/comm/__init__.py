@@ -17,7 +17,8 @@ Set ``coursekit.comm.VERBOSE = True`` (or call ``set_verbose()``) to print every
 """
 
 from .base import Comm
-from .cluster_setup import call_with_comm, engine_comm, engine_trace, setup_comm, teardown_comm
+from .cluster_setup import (call_with_comm, engine_comm, engine_trace, reset_comm, setup_comm,
+                            teardown_comm)
 from .errors import ANY_SOURCE, ANY_TAG, MAX_TAG, CommError, CommTimeout
 from .group import SubComm, first_ranks, subcomm
 from .local import run_local
@@ -35,4 +36,5 @@ def set_verbose(on: bool = True) -> None:
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "MAX_TAG", "Comm", "CommError", "CommTimeout", "Message",
            "SubComm", "ThreadComm", "VERBOSE", "call_with_comm", "engine_comm", "engine_trace",
-           "first_ranks", "run_local", "set_verbose", "setup_comm", "subcomm", "teardown_comm"]
+           "first_ranks", "reset_comm", "run_local", "set_verbose", "setup_comm", "subcomm",
+           "teardown_comm"]

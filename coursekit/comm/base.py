@@ -102,6 +102,14 @@ class Comm:
             raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
         self._timeout = float(value)
 
+    @property
+    def single_copy_peers(self) -> frozenset:
+        """Ranks this rank sends large ``sendrecv`` payloads to by single copy, when the
+        backend does it itself (ZmqComm between processes of one host). Empty here: ThreadComm
+        ranks share one memory, and MPI picks its own shared-memory transport for ranks on a
+        node (MPICH's CH4 shm / CMA), so a notebook can ask every backend the same question."""
+        return frozenset()
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
 

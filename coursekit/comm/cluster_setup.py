@@ -50,6 +50,22 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str = "127.0.0.
     return backend
 
 
+def reset_comm(cluster_handle) -> str:
+    """Rebuild the engines' comms with the settings they have (backend, interface, timeout,
+    tracing): the cheap way to drop every message still in flight after a run that broke
+    off (a crashed worker, an interrupted collective). Returns the backend."""
+    backend, interface, timeout, trace = cluster_handle.run(_settings)[0]
+    return setup_comm(cluster_handle, backend, interface, timeout, trace)
+
+
+def _settings() -> tuple:
+    comm = engine_comm()
+    if type(comm).__name__ == "MpiComm":
+        return "mpi", "127.0.0.1", comm.timeout, comm.tracing
+    host = comm.addresses[comm.rank].rpartition(":")[0].removeprefix("tcp://")
+    return "zmq", host, comm.timeout, comm.tracing
+
+
 def teardown_comm(cluster_handle) -> None:
     """Close the comm on every engine (its sockets or MPI communicators)."""
     cluster_handle.run(_close)
@@ -110,9 +126,21 @@ def _connect(addresses: list, timeout: float, trace: bool) -> None:
 
 
 def _make_mpi_comm(timeout: float, trace: bool) -> None:
+    """A notebook that uses only ranks 0 .. size-1 of a bigger MPI job (an instructor's
+    cluster) gets a communicator of those ranks: ``MPI_Comm_create_group`` is collective
+    over the group alone, so the job's other engines are not involved."""
     global _comm
+    from mpi4py import MPI
+
+    from coursekit.cluster import this_engine
+
     from .mpi import MpiComm
     _close()
-    _comm = MpiComm(timeout=timeout, trace=trace)
+    world, size = MPI.COMM_WORLD, this_engine().size
+    base = world if size == world.Get_size() else \
+        world.Create_group(world.Get_group().Incl(list(range(size))))
+    _comm = MpiComm(base, timeout=timeout, trace=trace)
+    if base is not world:
+        base.Free()  # MpiComm works on its own duplicates
     if _comm.rank != _rank():
         raise CommError(f"MPI rank {_comm.rank} differs from the cluster's rank {_rank()}")

@@ -27,7 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from coursekit import live
+from coursekit.comm import reset_comm
 from coursekit.comm.trace import now
+from coursekit.parallel.faults import check_may_kill
 from coursekit.parallel.param_server import ShardServer, serve
 from coursekit.parallel.ps_bsp import bsp_serve, bsp_work
 from coursekit.parallel.ps_config import PSConfig
@@ -186,7 +188,14 @@ def train_local(config: PSConfig, data=None, gate=ssp_gate) -> PSResult:
 def train_on_cluster(cluster, config: PSConfig, on_update=None, timeout: float = 120.0) -> PSResult:
     """Run ``config`` on the engines of ``cluster`` (after ``setup_comm(cluster)``).
 
-    A worker engine that dies during the run (``config.crash``, or killed from outside)
-    yields None in ``result.workers``; the shards report it in ``result.lost``.
+    A crashed worker (``config.crash``) reports status "crashed"; a worker engine that
+    died (``crash_kills``, or killed from outside) yields None in ``result.workers``; the
+    shards report either in ``result.lost``. After a run that lost a worker whose engine
+    lives on, the engines' comms are rebuilt (:func:`~coursekit.comm.reset_comm`): messages
+    the shards sent it must not reach the next run.
     """
-    return follow(EngineRuns(cluster, config), config, on_update, timeout)
+    check_may_kill(cluster, bool(config.crash) and config.crash_kills, "crash_kills=True")
+    result = follow(EngineRuns(cluster, config), config, on_update, timeout)
+    if result.lost and all(report is not None for report in result.workers):
+        reset_comm(cluster)
+    return result

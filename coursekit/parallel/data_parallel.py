@@ -35,6 +35,7 @@ from coursekit.datafile import as_source
 from coursekit.nn import reference
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import Momentum, make_optimizer
+from coursekit.parallel.faults import check_may_kill
 
 from . import checkpoint
 from .dp_config import DPConfig
@@ -236,6 +237,8 @@ def train_cluster(cluster, config: DPConfig, data, eval_data=None, *, workers: i
     """
     import ipyparallel as ipp
 
+    check_may_kill(cluster, config.crash_rank is not None, "crash_rank (a data-parallel "
+                   "crash ends its engine process)")
     n = config.check_workers(cluster.size if workers is None else workers)
     if n > cluster.size:
         raise ValueError(f"workers={n} but the cluster has {cluster.size} engines")

@@ -41,7 +41,9 @@ class PSConfig:
     warmup: synchronous iterations before SSP / ASP start.
     straggler: {worker: extra seconds per step}; jitter: mean of an exponential extra delay
     every worker draws per step (seeded), the transient slowness SSP absorbs.
-    crash: {worker: step}: that worker's process is killed (SIGKILL) at that step.
+    crash: {worker: step}: that worker crashes at that step: it stops and never talks to the
+    shards again (simulated, the engine lives on: :mod:`coursekit.parallel.faults`);
+    crash_kills=True SIGKILLs the worker's engine process instead (a cluster you started).
     worker_timeout: a worker silent this long while the server waits for it is lost.
     timeout: how long any blocking receive waits before CommTimeout.
     checkpoint_every / checkpoint_dir: every shard saves its state each time its version
@@ -66,6 +68,7 @@ class PSConfig:
     straggler: dict = field(default_factory=dict)
     jitter: float = 0.0
     crash: dict = field(default_factory=dict)
+    crash_kills: bool = False
     worker_timeout: float = 5.0
     timeout: float = 30.0
     checkpoint_every: int = 0
@@ -114,6 +117,8 @@ class PSConfig:
             _int(step, f"crash[{w}]", 0)
             if step >= self.steps:
                 raise ValueError(f"crash[{w}]={step}: must be a step in 0..{self.steps - 1}")
+        if not isinstance(self.crash_kills, bool):
+            raise TypeError(f"crash_kills must be True or False, got {self.crash_kills!r}")
         if _int(self.checkpoint_every, "checkpoint_every", 0) or self.resume:
             if not self.checkpoint_dir:
                 raise ValueError("checkpoint_every > 0 and resume=True need a checkpoint_dir")

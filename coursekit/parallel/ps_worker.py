@@ -30,7 +30,7 @@ def batch_rows(seed: int, worker: int, step: int, n_rows: int, batch_size: int) 
 
 
 class Crashed(Exception):
-    """A simulated crash on a ThreadComm rank (a real process is SIGKILLed instead)."""
+    """A simulated crash: the worker stops and falls silent (:mod:`coursekit.parallel.faults`)."""
 
 
 class Worker:
@@ -83,10 +83,10 @@ class Worker:
         return self.grad
 
     def crash(self) -> None:
-        """Die here: SIGKILL this process, or, on a ThreadComm rank, stop talking."""
-        if isinstance(self.comm, ThreadComm):
-            raise Crashed(f"worker {self.worker} crashed")
-        os.kill(os.getpid(), signal.SIGKILL)
+        """Die here: stop talking (simulated), or with ``crash_kills`` SIGKILL this engine."""
+        if self.cfg.crash_kills and not isinstance(self.comm, ThreadComm):
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise Crashed(f"worker {self.worker} crashed")
 
     # ---- talk to the shards -------------------------------------------------------------------
     def request_weights(self, clock: int) -> None:

@@ -57,15 +57,25 @@ plt.show()
 # the receiver copies the array straight out of the sender's memory (`process_vm_readv`,
 # what MPICH calls CMA) instead of pushing it through TCP, which copies every byte twice.
 # At connect every pair of engines checks that this works; these are the peers each
-# engine reads from:
+# engine reads from. Engines on other hosts are never among them, and MPI engines list
+# none: MPI moves data between ranks on one node through shared memory by itself.
 
 # %%
+# NBVAL_IGNORE_OUTPUT
+# (which engines share a host depends on the cluster you run on)
 def single_copy_peers():
     from coursekit.comm import engine_comm
     return sorted(engine_comm().single_copy_peers)
 
 
-c.run(single_copy_peers)
+def host():
+    from coursekit.cluster import this_engine
+    return this_engine().host
+
+
+peers, hosts = c.run(single_copy_peers), c.run(host)
+assert all(hosts[p] == hosts[r] for r in range(c.size) for p in peers[r])
+peers
 
 # %% [markdown]
 # Same formula, another $\beta$: fit it from a `sendrecv` exchange between engines 0 and 1.
