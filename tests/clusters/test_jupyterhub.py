@@ -10,6 +10,7 @@ Slurm (:class:`slurm.SlurmCluster`), two throwaway Unix accounts. Everything lis
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import secrets
@@ -95,6 +96,8 @@ c.JupyterHub.hub_port = {free_port()}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
 c.ConfigurableHTTPProxy.command = [{str(PROXY)!r}]
 c.Spawner.environment.update({slurm_env!r})
+# the private Slurm's node name (ck1) is an alias of 127.0.0.1 that no DNS knows
+c.SlurmSpawner.state_exechost_exp = "127.0.0.1"
 """)
     environment = dict(os.environ, **slurm_env, **job_size(slurm_env, len(students)),
                        COURSEKIT_HUB_CLASS_LIST=str(state / "students"),
@@ -147,7 +150,7 @@ def job_size(slurm_env: dict, students: int) -> dict:
     return {"COURSEKIT_HUB_PARTITION": partition.rstrip("*"),
             "COURSEKIT_HUB_CPUS": str(max(1, int(cpus) // students)),
             "COURSEKIT_HUB_MEMORY": f"{max(1, int(memory.rstrip('+')) // students)}M",
-            "COURSEKIT_HUB_GPUS": "0", "COURSEKIT_HUB_TIME": "00:20:00"}
+            "COURSEKIT_HUB_GPUS": "1", "COURSEKIT_HUB_TIME": "00:20:00"}
 
 
 def squeue(slurm_env: dict, user: str) -> list[str]:
@@ -180,8 +183,9 @@ def test_two_students_get_slurm_jobs_run_chapter_00_and_leave_nothing(shared_dir
     assert PROXY.is_file(), f"{PROXY} is missing: `make test-clusters` installs it with npm"
     password = secrets.token_urlsafe(12)
     with SlurmCluster(shared_dir / "slurm") as slurm, unix_accounts(2) as names, \
-            running_hub(shared_dir / "hub", names, password, slurm.env) as base:
-        slurm_env = dict(os.environ, **slurm.env)
+            running_hub(shared_dir / "hub", names, password, {"SLURM_CONF": str(slurm.conf)}) as base:
+        slurm.folder.chmod(0o755)  # students' sbatch reads slurm.conf and munge's socket (key: 0400)
+        slurm_env = slurm.env
         assert_student_can_run_the_course(names[0])
         students = [Student(base, name) for name in names]
         for student in students:
@@ -190,8 +194,9 @@ def test_two_students_get_slurm_jobs_run_chapter_00_and_leave_nothing(shared_dir
             student.spawn(timeout=300)
         for student in students:
             [job] = squeue(slurm_env, student.name)
-            where = json.loads(json.loads(
-                student.run_notebook(ROOT / "notebooks" / "00_setup.ipynb", extra=WHERE)))
+            assert "gpu:1" in slurm.run("squeue", "-h", "-j", job, "-o", "%b")
+            result = student.run_notebook(ROOT / "notebooks" / "00_setup.ipynb", extra=WHERE)
+            where = json.loads(ast.literal_eval(result))  # text/plain of a str is its repr
             assert where["kernel"][0] == job
             assert [tuple(e) for e in where["engines"]] == [tuple(where["kernel"])] * 2
         for student in students:
