@@ -42,10 +42,12 @@ test-clusters: $(STAMP) $(CLASS_STAMP)
 # The class's environment (JupyterHub, batchspawner, the proxy from npm): the students' Slurm
 # jobs run it as the students, so it is built from the system Python, which they can read
 # (a pyenv or conda Python under /root is not). On a real cluster: a shared file system.
-$(CLASS_STAMP): pyproject.toml
+$(CLASS_STAMP): pyproject.toml constraints.txt
 	$(CLASS_PYTHON) -m venv $(CLASS_VENV)
 	$(CLASS_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CLASS_VENV)/bin/python -m pip install --quiet -e ".[class]"
+	# the pins, less soupsieve's (its release needs Python >= 3.11.5; Debian 12 has 3.11.2)
+	grep -v '^soupsieve==' constraints.txt > $(CLASS_VENV)/constraints.txt
+	$(CLASS_VENV)/bin/python -m pip install --quiet -e ".[class]" -c $(CLASS_VENV)/constraints.txt
 	npm install --prefix $(CLASS_VENV)/proxy --no-audit --no-fund --silent configurable-http-proxy@5
 	touch $@
 
