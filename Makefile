@@ -8,6 +8,9 @@ EXTRAS ?= test,mpi
 comma  := ,
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)-$(subst $(comma),-,$(EXTRAS))
 PORT   ?= 8888
+CLASS_PYTHON ?= /usr/bin/python3
+CLASS_VENV   := .venv-class
+CLASS_STAMP  := $(CLASS_VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -33,8 +36,20 @@ test: $(STAMP)
 
 # Every notebook on every cluster kind the README offers (MPI profile, real Slurm, two
 # hosts, JupyterHub on Slurm). Needs root and Debian's slurm-wlm and munge (see .ci/run).
-test-clusters: $(STAMP)
-	$(BIN)/python -m pytest tests/clusters $(PYTEST_ARGS)
+test-clusters: $(STAMP) $(CLASS_STAMP)
+	COURSEKIT_TEST_CLASS_VENV=$(CURDIR)/$(CLASS_VENV) $(BIN)/python -m pytest tests/clusters $(PYTEST_ARGS)
+
+# The class's environment (JupyterHub, batchspawner, the proxy from npm): the students' Slurm
+# jobs run it as the students, so it is built from the system Python, which they can read
+# (a pyenv or conda Python under /root is not). On a real cluster: a shared file system.
+$(CLASS_STAMP): pyproject.toml constraints.txt
+	$(CLASS_PYTHON) -m venv $(CLASS_VENV)
+	$(CLASS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	# the pins, less soupsieve's (its release needs Python >= 3.11.5; Debian 12 has 3.11.2)
+	grep -v '^soupsieve==' constraints.txt > $(CLASS_VENV)/constraints.txt
+	$(CLASS_VENV)/bin/python -m pip install --quiet -e ".[class]" -c $(CLASS_VENV)/constraints.txt
+	npm install --prefix $(CLASS_VENV)/proxy --no-audit --no-fund --silent configurable-http-proxy@5
+	touch $@
 
 notebooks: $(STAMP)
 	$(BIN)/python -m coursekit.notebooks execute
