@@ -9,7 +9,6 @@ right. Fault injection that would kill an engine is refused with a clear error.
 
 import os
 
-import numpy as np
 import pytest
 
 from ipyparallel import interactive

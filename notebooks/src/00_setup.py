@@ -40,7 +40,8 @@ greetings = c.run(hello)
 [(g["rank"], g["size"]) for g in greetings]
 
 # %% [markdown]
-# Each engine is its own process (its own pid), here all on one host:
+# Each engine is its own process: on a laptop all on one host, each with its own pid; on
+# a cluster spread over hosts (a pid is only unique on its own host):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -48,7 +49,7 @@ for g in greetings:
     print(f"rank {g['rank']} of {g['size']}: host {g['host']}, pid {g['pid']}")
 
 # %%
-len({g["pid"] for g in greetings}) == c.size
+len({(g["host"], g["pid"]) for g in greetings}) == c.size
 
 # %% [markdown]
 # ## A first ping-pong

@@ -28,7 +28,7 @@ import pytest
 
 from attached import ROOT
 from hub_client import Student
-from slurm import SlurmCluster
+from slurm import SlurmCluster, free_port
 from coursekit.processes import end_processes, with_descendants
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
@@ -50,12 +50,6 @@ _engines = _c.run(_where)
 _c.stop()
 json.dumps({"kernel": _where(), "engines": _engines})
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def processes_of(user: str) -> list[psutil.Process]:
