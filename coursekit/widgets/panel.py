@@ -30,7 +30,8 @@ status line, ``self.plot.value = png(fig)`` for the picture). The base does the 
   every ``live_interval`` seconds (drawing a figure takes a good fraction of a second).
 
 Key widgets carry CSS classes, for the browser test and for styling: ``ck-panel``,
-``ck-run``, ``ck-stop``, ``ck-restart``, ``ck-clear``, ``ck-status``, ``ck-progress``,
+``ck-run``, ``ck-stop``, ``ck-restart``, ``ck-clear``, ``ck-status``, ``ck-notice`` (other
+users disturbing the timings: :mod:`coursekit.contention`), ``ck-progress``,
 ``ck-plot``.
 """
 
@@ -115,6 +116,8 @@ class Panel(widgets.VBox):
         self.progress.add_class("ck-progress")
         self.status = widgets.HTML()
         self.status.add_class("ck-status")
+        self.notice = widgets.HTML()  # "timings disturbed: ..." (coursekit.contention)
+        self.notice.add_class("ck-notice")
         self.plot = plot if plot is not None else widgets.Image(format="png")
         self.plot.add_class("ck-plot")
         self.run_button.on_click(lambda _: self.click_run())
@@ -133,7 +136,7 @@ class Panel(widgets.VBox):
                              for i in range(0, len(controls), per_column)])
         bar = widgets.HBox([self.run_button, self.stop_button, *buttons, self.restart_button,
                             self.progress])
-        super().__init__([grid, bar, self.status, *outputs, self.plot])
+        super().__init__([grid, bar, self.status, self.notice, *outputs, self.plot])
         self.add_class("ck-panel")
         if auto:
             for control in controls:
@@ -218,6 +221,7 @@ class Panel(widgets.VBox):
             if self._keep_runs:
                 self.results.append(self.result)
             self.show(self.result)
+            self.check_contention()
         except _ClusterGone as gone:
             self._cluster_gone(str(gone))
         except BaseException as err:  # noqa: BLE001 - every failure becomes the status line
@@ -270,6 +274,15 @@ class Panel(widgets.VBox):
         if "error" in outcome:
             raise outcome["error"]
         return outcome["result"]
+
+    def check_contention(self) -> None:
+        """After a run on a cluster: say in the notice line when other users' work disturbed
+        its timings (:mod:`coursekit.contention`); clear the line when nothing did."""
+        if self.cluster is None:
+            return
+        from coursekit.contention import measure
+        message = measure(self.cluster).message()
+        self.notice.value = message.replace("&", "&amp;").replace("<", "&lt;")
 
     def stop(self) -> None:
         """What the Stop button does: interrupt the engines (or the local run)."""

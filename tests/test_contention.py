@@ -1,0 +1,96 @@
+"""Panels say when other users' work disturbs the timings (coursekit.contention).
+
+A second client (another student on the same cluster) queues work on our engines, or
+processes spin on the host: the measurement says disturbed and names why, fast (it never
+waits behind the other client's task); the panel's notice line shows it and clears it."""
+
+import multiprocessing
+import time
+
+import ipywidgets as widgets
+import pytest
+
+from coursekit import cluster
+from coursekit.contention import BUSY_THRESHOLD, Contention, measure
+from coursekit.widgets.panel import Panel
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """Our cluster, and a second client of it (another student)."""
+    with cluster.start(n=2) as ours:
+        other = ours.ipp_cluster.connect_client_sync()
+        yield ours, other
+        other.close()
+
+
+def test_a_quiet_cluster_has_no_foreign_tasks(shared):
+    ours, _ = shared
+    found = measure(ours)
+    assert found.foreign_tasks == {0: 0, 1: 0}
+    assert set(found.host_busy) == {ours.run(__import__("socket").gethostname)[0]}
+
+
+def test_another_clients_task_is_found_without_waiting_for_it(shared):
+    ours, other = shared
+    task = other[ours.engine_ids[1]].apply_async(time.sleep, 6)
+    time.sleep(0.3)
+    start = time.monotonic()
+    found = measure(ours)
+    assert time.monotonic() - start < 4  # not queued behind the 6 s task
+    assert found.foreign_tasks[1] >= 1 and found.foreign_tasks[0] == 0
+    assert found.disturbed and "task(s) of other users queued on rank(s) 1" in found.message()
+    task.get(timeout=30)
+
+
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_processes_spinning_on_the_host_are_found(shared):
+    ours, _ = shared
+    hogs = [multiprocessing.Process(target=spin, args=(3.0,)) for _ in range(
+        multiprocessing.cpu_count())]
+    for hog in hogs:
+        hog.start()
+    try:
+        time.sleep(0.5)
+        found = measure(ours, window=0.5)
+    finally:
+        for hog in hogs:
+            hog.join(10)
+    assert max(found.host_busy.values()) > BUSY_THRESHOLD
+    assert found.disturbed and "busy without us" in found.message()
+
+
+def test_the_message_is_empty_only_when_nothing_disturbs():
+    assert Contention({0: 0}, {"h": 0.1}).message() == ""
+    assert "host h 90% busy" in Contention({0: 0}, {"h": 0.9}).message()
+
+
+class Quick(Panel):
+    def __init__(self, c):
+        super().__init__([widgets.IntSlider(1)], cluster=c)
+
+    def compute(self):
+        return self.cluster.run(sum, [1, 2])
+
+    def show(self, result):
+        self.say(f"sums {result}")
+
+
+def test_the_panel_notice_shows_disturbed_timings_and_clears(shared):
+    ours, other = shared
+    panel = Quick(ours)
+    assert panel.run() == [3, 3] and "task(s) of other users" not in panel.notice.value
+    blocker = other[ours.engine_ids[0]].apply_async(time.sleep, 4)
+    time.sleep(0.3)
+    panel.check_contention()  # what run() does after it shows a result
+    assert "task(s) of other users queued on rank(s) 0" in panel.notice.value
+    blocker.get(timeout=30)
+    panel.check_contention()
+    assert "task(s) of other users" not in panel.notice.value
