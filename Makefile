@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install lab test test-clusters notebooks exercises bench lock clean
+.PHONY: install class-env lab test test-clusters notebooks exercises bench lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -33,6 +33,8 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests notebooks solutions --ignore=tests/clusters --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 $(PYTEST_ARGS)
+
+class-env: $(CLASS_STAMP)
 
 # Every notebook on every cluster kind the README offers (MPI profile, real Slurm, two
 # hosts, JupyterHub on Slurm). Needs root and Debian's slurm-wlm and munge (see .ci/run).
