@@ -41,3 +41,34 @@ def test_auto_picks_mpi_on_mpi_engines():
         got = c.run(call_with_comm, ring_exchange, 2, timeout=30)
         for r, y in enumerate(got):
             np.testing.assert_array_equal(y, np.arange(2) + 100 * ((r - 1) % 3))
+
+
+class FakeCluster:
+    """What _default_interface reads: the engines' hosts and the controller's address."""
+
+    def __init__(self, hosts, interface, location=None):
+        from types import SimpleNamespace
+        self.hosts = hosts
+        self.client = SimpleNamespace(_config={"interface": interface, "location": location})
+
+    def run(self, fn):
+        return list(self.hosts)
+
+
+@pytest.mark.parametrize("hosts, interface, location, expected", [
+    (["a", "a"], "tcp://10.1.2.3", None, "127.0.0.1"),              # one host: loopback
+    (["a", "b"], "tcp://10.1.2.3", "login1", "towards:10.1.2.3"),  # the controller's address
+    (["a", "b"], "tcp://*", "login1", "towards:login1"),           # every interface: its host
+    (["a", "b"], "tcp://0.0.0.0", "10.9.9.9", "towards:10.9.9.9"),
+])
+def test_engines_on_several_hosts_bind_towards_the_controller(hosts, interface, location,
+                                                              expected):
+    from coursekit.comm.cluster_setup import _default_interface
+    assert _default_interface(FakeCluster(hosts, interface, location)) == expected
+
+
+def test_a_wildcard_controller_without_location_needs_an_interface():
+    from coursekit.comm import CommError
+    from coursekit.comm.cluster_setup import _default_interface
+    with pytest.raises(CommError, match=r"pass setup_comm\(cluster, interface=...\)"):
+        _default_interface(FakeCluster(["a", "b"], "tcp://*"))

@@ -117,12 +117,22 @@ TOWARDS_CONTROLLER, SAME_ADDRESS = "towards:", "same:"
 
 
 def _default_interface(cluster_handle) -> str:
-    """Loopback when all engines share a host; else ``towards:<controller address>``."""
+    """Loopback when all engines share a host; else ``towards:<controller address>``.
+
+    A controller listening on every interface (``*``) is reached at the ``location`` its
+    connection file names (its host's address or name, resolved on each engine)."""
     hosts = set(cluster_handle.run(_host))
     if len(hosts) == 1:
         return "127.0.0.1"
-    url = cluster_handle.client._config["interface"]  # tcp://ADDRESS of the controller
-    return TOWARDS_CONTROLLER + url.split("://")[-1]
+    config = cluster_handle.client._config
+    address = config["interface"].split("://")[-1]  # tcp://ADDRESS of the controller
+    if address in ("*", "0.0.0.0"):
+        address = config.get("location") or ""
+    if not address:
+        raise CommError("the controller listens on every interface and its connection file "
+                        "names no location: pass setup_comm(cluster, interface=...) with the "
+                        "network every host shares (an address or a name such as 'eth0')")
+    return TOWARDS_CONTROLLER + address
 
 
 def _host() -> str:
