@@ -109,7 +109,6 @@ class Visit:
     move: Callable
     expect: str  # regex the status line must match after Run
     last_cell_stops_cluster: bool = True
-    engine_killed: bool = False  # the notebook killed an engine: Restart cluster first
 
 
 VISITS = [
@@ -118,8 +117,8 @@ VISITS = [
     Visit("02_collectives", select("collective", "bcast"),
           r"^largest: [\d.e+-]+ ms measured, [\d.e+-]+ ms predicted$"),
     Visit("03_data_parallel", select("exchange", "ps"), r"^[\d.]+ ms/step \(compute"),
-    Visit("04_param_server_async", toggle("BSP"), r"^BSP, 3w/1s, straggler 5 ms: \d+ gradients",
-          engine_killed=True),  # section 5 kills worker 1's engine on purpose
+    # section 5's crash is simulated: every engine lives on, the panel runs on the same cluster
+    Visit("04_param_server_async", toggle("BSP"), r"^BSP, 3w/1s, straggler 5 ms: \d+ gradients"),
     Visit("05_model_pipeline_parallel", select("schedule", "gpipe"),
           r"^bubble 33\.3% of 4 x "),  # (p-1)/(m+p-1) with p=4, m=6 left by the notebook
     Visit("06_compression", steps(select("compressor", "topk"), slide("ratio", "ArrowRight", 1)),
@@ -140,10 +139,6 @@ def test_chapter_panel_runs_in_the_browser(lab, page, visit):
     before_text, before_plot = status.inner_text(), plot.screenshot()
 
     visit.move(panel)
-    if visit.engine_killed:  # the panel notices, offers a new cluster, and runs on it
-        click_run(page, panel, r"^the cluster is gone \(engine\(s\) of rank 2 died\): press Restart")
-        panel.locator(".ck-restart").click()
-        wait_for_status(page, r"^new cluster ready")
     click_run(page, panel, visit.expect, before_text)
     plot_changed(page, plot, before_plot)
     # a simulated chapter (5, 7) already showed the new setting before Run: wait again in

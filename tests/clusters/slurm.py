@@ -13,7 +13,8 @@ machine has, as a real GPU node does: ``SlurmdParameters=config_overrides``) and
 GPUs as a GRES of placeholder files, so batch scripts that ask ``--gres=gpu:N`` are scheduled as on
 a GPU partition (the tasks see no device: there is none here). Debian's build cannot run
 several ``slurmd`` on one machine (that needs ``--enable-multiple-slurmd``), so a second
-node is not offered. On exit every job is cancelled and every daemon ended.
+node is not offered. On exit every job is cancelled and every process of this Slurm
+(daemons, job steps, jobs) ended; one that outlives it is an error.
 """
 
 from __future__ import annotations
@@ -168,22 +169,29 @@ class SlurmCluster:
         return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}"
                          for p in sorted(self.folder.glob("*.log")) + sorted(self.folder.glob("*.out")))
 
-    def __exit__(self, *exc) -> None:
+    def processes(self) -> list:
+        """Every process of this Slurm: its daemons, their job steps (``slurmstepd`` leaves
+        its parent, slurmd) and the jobs' programs; all inherit this Slurm's SLURM_CONF."""
         import psutil
+        mine = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid != os.getpid() and proc.environ().get("SLURM_CONF") == str(self.conf):
+                    mine.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        return mine
+
+    def __exit__(self, *exc) -> None:
         if any(d.poll() is None for d in self.daemons[1:]):
             subprocess.run(["scancel", "--full", "--partition", self.partition], env=self.env,
                            capture_output=True, timeout=30)
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and self.run("squeue", "-h", check=False).strip():
                 time.sleep(0.3)
-        processes = []
-        for daemon in reversed(self.daemons):  # slurmd (and its job steps), slurmctld, munged
-            try:
-                proc = psutil.Process(daemon.pid)
-                processes += [proc, *proc.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                pass
-        end_processes(processes)
+        end_processes(self.processes())
         for daemon in self.daemons:
             daemon.wait(timeout=10)
         self.daemons = []
+        if survivors := self.processes():
+            raise SlurmError(f"processes of this Slurm outlived it: {survivors}")

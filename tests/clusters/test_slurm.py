@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from ipyparallel import interactive
@@ -75,6 +76,9 @@ def test_every_notebook_runs_on_the_readme_slurm_profile(slurm, tmp_path):
         finally:
             client.close()
         assert sorted(facts) == [(job_id, str(gpu)) for gpu in range(4)]  # one GPU each
+        submitted = ipython_dir / "profile_course" / "slurm_engine.sbatch"
+        assert "--gres=gpu:4" in submitted.read_text()
+        assert not Path("slurm_engine.sbatch").exists(), "ipcluster wrote its script into the cwd"
         preflight = subprocess.run(
             [sys.executable, "-m", "coursekit.preflight", "--cluster", str(running.client_file),
              "--engines", "4", "--nodes", "1"], capture_output=True, text=True,
