@@ -42,6 +42,16 @@ def test_zero_norms_fall_back_to_ratio_one():
     np.testing.assert_allclose(w, -0.1)
 
 
+def test_zero_gradient_with_weight_decay_keeps_ratio_one():
+    """torchlars / apex LARC: ratio 1 when ||g|| = 0, not trust / weight_decay."""
+    w = np.array([3.0, 4.0, 1.0, 2.0])
+    g = np.array([0.0, 0.0, 0.6, 0.8])
+    opt = LARS(w.copy(), lr=0.1, momentum=0.0, weight_decay=0.1, trust=0.02,
+               segments=[(0, 2, True), (2, 4, True)])
+    ratio = 0.02 * np.sqrt(5.0) / (1 + 0.1 * np.sqrt(5.0))
+    np.testing.assert_allclose(opt.trust_ratios(g), [1.0, ratio])
+
+
 def test_mlp_segments_tile_the_buffer():
     segs = mlp_segments([64, 32, 10])
     assert segs == [(0, 2048, True), (2048, 2080, False), (2080, 2400, True),

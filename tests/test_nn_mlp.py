@@ -64,6 +64,21 @@ def test_params_is_one_flat_buffer_with_layer_views():
     np.testing.assert_allclose(mlp.forward(X), expected, rtol=1e-6)
 
 
+def test_sgd_step_written_naturally_updates_the_buffer_in_place():
+    mlp = MLP([4, 3, 2], seed=0)
+    buffer, before = mlp.params, mlp.params.copy()
+    X, y = batch((4, 3, 2))
+    _, grad = mlp.loss_and_grad(X, y)
+    mlp.params -= 0.1 * grad
+    assert mlp.params is buffer and np.shares_memory(mlp.layers[0].W, mlp.params)
+    np.testing.assert_allclose(mlp.params, before - 0.1 * grad, rtol=1e-6)
+    mlp.params = before  # assignment copies into the same buffer
+    assert mlp.params is buffer
+    np.testing.assert_array_equal(mlp.layers[0].W.ravel(), before[:12])
+    with pytest.raises(ValueError, match=f"params takes {mlp.n_params} numbers"):
+        mlp.params = np.zeros(5)
+
+
 def test_initialization_is_seeded_and_scaled():
     a, b, c = MLP([200, 300, 10], seed=7), MLP([200, 300, 10], seed=7), MLP([200, 300, 10], seed=8)
     np.testing.assert_array_equal(a.params, b.params)

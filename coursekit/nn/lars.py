@@ -4,7 +4,7 @@ Large global batches (the case study's 64K) need large learning rates, and one g
 rate is then too large for some layers and too small for others. LARS gives every layer l
 its own trust ratio on top of the global rate ``lr``::
 
-    local_l = trust * ||w_l|| / (||g_l|| + weight_decay * ||w_l||)     (1 if a norm is 0)
+    local_l = trust * ||w_l|| / (||g_l|| + weight_decay * ||w_l||)  (1 if ||w_l|| or ||g_l|| is 0)
     v_l <- momentum * v_l + lr * local_l * (g_l + weight_decay * w_l)
     w_l <- w_l - v_l
 
@@ -63,14 +63,16 @@ class LARS(SGD):
         return starts, np.diff(stops), np.array([bool(a) for _, _, a in segs])
 
     def trust_ratios(self, grad: np.ndarray) -> np.ndarray:
-        """local_l of every segment (1 where not adapted or a norm is zero)."""
+        """local_l of every segment: 1 where not adapted or where ||w_l|| or ||g_l|| is 0
+        (the guard of torchlars and apex's LARC: a layer without gradient is not rescaled,
+        even with weight decay on)."""
         w = self.params.astype(np.float64)
         g = grad.astype(np.float64)
         w_norm = np.sqrt(np.add.reduceat(w * w, self._starts))
         g_norm = np.sqrt(np.add.reduceat(g * g, self._starts))
-        denom = g_norm + self.weight_decay * w_norm
-        ok = self._adapt & (w_norm > 0) & (denom > 0)
-        return np.where(ok, self.trust * w_norm / np.where(ok, denom, 1.0), 1.0)
+        ok = self._adapt & (w_norm > 0) & (g_norm > 0)
+        denom = np.where(ok, g_norm + self.weight_decay * w_norm, 1.0)
+        return np.where(ok, self.trust * w_norm / denom, 1.0)
 
     def step(self, grad: np.ndarray) -> None:
         self._check_grad(grad)

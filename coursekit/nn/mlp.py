@@ -172,6 +172,19 @@ class MLP:
         """The flat parameter buffer (modify it in place; the layer views follow)."""
         return self._params
 
+    @params.setter
+    def params(self, values) -> None:
+        """``mlp.params = v`` (and ``mlp.params -= lr * grad``) copy into the buffer in place:
+        the layers' views stay valid. ``v`` must have the buffer's shape (or broadcast to it)."""
+        if values is self._params:  # ``-=`` already updated the buffer in place
+            return
+        try:
+            self._params[...] = values
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"params takes {self._params.size} numbers (shape "
+                             f"{self._params.shape}) or a scalar; got "
+                             f"{getattr(values, 'shape', type(values).__name__)}") from err
+
     @property
     def n_params(self) -> int:
         return self._params.size
