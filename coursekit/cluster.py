@@ -62,6 +62,36 @@ class EngineError(RuntimeError):
     """Code run on an engine raised; the message names the engine's rank."""
 
 
+def error_ranks(error) -> list:
+    """(ename, evalue, engine_info) of every engine in an ipyparallel RemoteError or
+    CompositeError."""
+    failures = getattr(error, "elist", None) or [
+        (error.ename, error.evalue, error.traceback, error.engine_info)]
+    return [(ename, evalue, info) for ename, evalue, _tb, info in failures]
+
+
+def failure_lines(error, engine_ids) -> list[str]:
+    """One line per distinct error of an ipyparallel remote error, naming the ranks that
+    raised it: "ranks 0-3: Diverged: ..." rather than the same line once per rank."""
+    ranks_of: dict[str, list] = {}
+    for ename, evalue, info in error_ranks(error):
+        engine_id = (info or {}).get("engine_id")
+        rank = engine_ids.index(engine_id) if engine_id in engine_ids else None
+        ranks_of.setdefault(f"{ename}: {evalue}".rstrip(": "), []).append(rank)
+    return [f"{_rank_names(ranks)}{text}" for text, ranks in ranks_of.items()]
+
+
+def _rank_names(ranks: list) -> str:
+    known = sorted(r for r in ranks if r is not None)
+    if not known:
+        return ""
+    if len(known) == 1:
+        return f"rank {known[0]}: "
+    if known == list(range(known[0], known[-1] + 1)):
+        return f"ranks {known[0]}-{known[-1]}: "
+    return f"ranks {', '.join(map(str, known))}: "
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     """What an engine knows about itself."""
@@ -191,16 +221,10 @@ class CourseCluster:
             raise self._engine_error(fn, error) from None
 
     def _engine_error(self, fn, error) -> EngineError:
-        failures = getattr(error, "elist", None) or [
-            (error.ename, error.evalue, error.traceback, error.engine_info)
-        ]
-        lines = []
-        for ename, evalue, _tb, info in failures:
-            engine_id = (info or {}).get("engine_id")
-            rank = self.engine_ids.index(engine_id) if engine_id in self.engine_ids else "?"
-            lines.append(f"rank {rank}: {ename}: {evalue}")
+        lines = failure_lines(error, self.engine_ids)
         name = getattr(fn, "__name__", repr(fn))
-        return EngineError(f"{name} failed on {len(lines)} engine(s):\n  " + "\n  ".join(lines))
+        return EngineError(f"{name} failed on {len(error_ranks(error))} engine(s):\n  "
+                           + "\n  ".join(lines))
 
     def interrupt(self) -> None:
         """Send SIGINT to busy engines of a cluster this process started."""

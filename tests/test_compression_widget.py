@@ -51,6 +51,30 @@ def test_parameterless_compressors_disable_the_value_slider_and_runs_accumulate(
     assert panel.results == [] and panel.plot.value == b""
 
 
+def test_error_feedback_is_on_by_default_for_biased_compressors_only():
+    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2)
+    defaults = {}
+    for name in ("topk", "qsgd", "sign", "terngrad", "powersgd", "randomk", "uniform"):
+        panel.compressor.value = name
+        defaults[name] = panel.error_feedback.value
+    assert defaults == {"topk": True, "qsgd": False, "sign": True, "terngrad": False,
+                        "powersgd": True, "randomk": False, "uniform": True}
+
+
+def test_qsgd_with_error_feedback_diverges_with_one_readable_error():
+    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=4, epochs=10)
+    panel.compressor.value = "qsgd"
+    panel.error_feedback.value = True
+    assert panel.run() is None
+    status = panel.status.value
+    assert "diverged at epoch " in status and "qsgd levels=4 + EF" in status
+    assert "reaches 17.3 ||x||^2 on 4,810 parameters" in status
+    assert "switch error feedback off" in status
+    panel.error_feedback.value = False  # the default: it trains
+    result = panel.run()
+    assert result.final_accuracy > 0.85
+
+
 def test_panel_reports_errors_in_the_status_line():
     def experiment(p, setup, **kwargs):
         raise ValueError("p=3 workers but the cluster has 2 engines")

@@ -85,12 +85,19 @@ def test_a_clicked_run_disables_run_and_enables_stop_until_it_ends():
         ("ValueError", "bad shape", [], {"engine_id": 0}),
         ("CommTimeout", "rank 1 waited", [], {"engine_id": 1})]),
      "error: rank 0: ValueError: bad shape; rank 1: CommTimeout: rank 1 waited"),
+    (CompositeError("one or more exceptions", [  # one line per distinct error
+        ("Diverged", "at epoch 8", [], {"engine_id": e}) for e in (0, 1, 2, 3)]
+        + [("KeyError", "'x'", [], {"engine_id": 5}), ("Diverged", "at epoch 8", [], {})]),
+     "error: ranks 0-3: Diverged: at epoch 8; KeyError: 'x'"),
+    (CompositeError("one or more exceptions", [
+        ("ValueError", "no", [], {"engine_id": e}) for e in (3, 0, 2)]),
+     "error: ranks 0, 2, 3: ValueError: no"),
 ])
 def test_errors_become_one_line_in_the_status_and_nothing_is_printed(error, expected, capsys):
     def job(panel):
         raise error
 
-    engines = SimpleNamespace(engine_ids=[0, 1])  # what maps engine ids to ranks
+    engines = SimpleNamespace(engine_ids=[0, 1, 2, 3])  # what maps engine ids to ranks
     assert "error: " + error_message(error, engines) == expected
     panel = Toy(job)
     assert panel.run() is None

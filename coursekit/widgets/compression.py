@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from coursekit.parallel.compression import COMPRESSORS
+from coursekit.parallel.compression import COMPRESSORS, make_compressor
 from coursekit.parallel.compression.experiment import Setup, train
 from coursekit.viz import color
 from coursekit.widgets.panel import Panel, png, size_limit
@@ -85,6 +85,9 @@ class CompressionPanel(Panel):
                          hint="Pick a compressor and press Run.", **panel_options)
 
     def _set_values(self, name: str) -> None:
+        # error feedback by default for the biased compressors only: an unbiased one needs
+        # none, and with its variance omega > 1 error feedback diverges (divergence_advice)
+        self.error_feedback.value = not make_compressor(name, sizes=(8, 8)).unbiased
         param, default = COMPRESSORS[name].param, COMPRESSORS[name].default
         if param is None:
             self.value.options, self.value.disabled = [("-", 0)], True

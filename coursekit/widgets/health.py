@@ -19,21 +19,13 @@ MAX_CHARS = 600
 _PLAIN = (ValueError, TypeError, TimeoutError, RuntimeError)
 
 
-def _rank(cluster, engine_info) -> str:
-    engine_id = (engine_info or {}).get("engine_id")
-    ids = list(getattr(cluster, "engine_ids", ()))
-    return f"rank {ids.index(engine_id)}: " if engine_id in ids else ""
-
-
 def _remote_lines(err, cluster) -> list[str] | None:
-    """Per-engine lines of an ipyparallel remote error, None for other errors."""
+    """Per-error lines of an ipyparallel remote error (naming the ranks), None for others."""
     ipp = sys.modules.get("ipyparallel")  # no ipyparallel imported: no ipyparallel error
     if ipp is None or not isinstance(err, ipp.error.RemoteError):
         return None
-    failures = getattr(err, "elist", None) or [
-        (err.ename, err.evalue, err.traceback, err.engine_info)]
-    return [f"{_rank(cluster, info)}{ename}: {evalue}".rstrip(": ")
-            for ename, evalue, _tb, info in failures]
+    from coursekit.cluster import failure_lines
+    return failure_lines(err, list(getattr(cluster, "engine_ids", ())))
 
 
 def error_message(err: BaseException, cluster=None) -> str:

@@ -27,6 +27,10 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 INDEX = np.dtype(np.int32)  # sparse payloads send int32 indices: 4 bytes each
 
 
+class Diverged(ValueError):
+    """Training diverged: a gradient (or the loss) is NaN or infinite."""
+
+
 @dataclass(frozen=True)
 class Compressed:
     """A payload (``data``, the bytes on the wire) and its context (not sent)."""
@@ -66,6 +70,13 @@ class Compressor:
         flat = self._decompress(payload.data, payload.size, payload.dtype)
         return flat.astype(payload.dtype, copy=False).reshape(payload.shape)
 
+    def variance_bound(self, n: int) -> float | None:
+        """omega with E||C(x) - x||^2 <= omega ||x||^2 for every x of n elements, if the
+        compressor is unbiased (None: biased, or no bound known). Error feedback adds
+        x - C(x) back, so with omega > 1 its residual can grow every step (Stich and
+        Karimireddy 2020 use C / (omega + 1) there instead)."""
+        return None
+
     def _compress(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
@@ -86,7 +97,7 @@ def check_gradient(x) -> np.ndarray:
     if x.size == 0:
         raise ValueError("the gradient is empty: nothing to compress")
     if not np.isfinite(x).all():
-        raise ValueError("the gradient contains NaN or infinite values (did training diverge?)")
+        raise Diverged("the gradient contains NaN or infinite values (did training diverge?)")
     return x
 
 

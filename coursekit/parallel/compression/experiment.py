@@ -27,6 +27,7 @@ from coursekit.nn import MLP, SGD
 from coursekit.comm import first_ranks
 
 from . import COMPRESSORS, make_compressor
+from .base import Diverged
 from .communicator import exchange, predict_seconds
 from .memory import make_memory
 
@@ -143,6 +144,19 @@ def _dp_sum(setup: Setup, comm, mlp):
     return lambda weighted_grad: step(weighted_grad).mean * comm.size
 
 
+def divergence_advice(setup: Setup, n_params: int) -> str:
+    """What to change when ``setup`` diverged: for error feedback with an unbiased
+    compressor whose omega > 1 (:meth:`Compressor.variance_bound`), why it blows up."""
+    compressor = make_compressor(setup.compressor, setup.value, sizes=(setup.hidden,) * 3)
+    omega = compressor.variance_bound(n_params)
+    if setup.error_feedback and omega is not None and omega > 1:
+        return (f"error feedback adds back x - C(x), and for this unbiased compressor "
+                f"E||C(x) - x||^2 reaches {omega:.3g} ||x||^2 on {n_params:,} parameters "
+                f"(omega > 1), so the residual grows every step; switch error feedback off "
+                f"(an unbiased compressor needs none)")
+    return f"lower the learning rate (lr={setup.lr:g}) or compress less"
+
+
 def train_worker(comm, setup: Setup, data=None, exchanger=compressed_exchange) -> dict:
     """Train on this rank's shard with compressed gradient exchange; return its log.
 
@@ -166,14 +180,23 @@ def train_worker(comm, setup: Setup, data=None, exchanger=compressed_exchange) -
     payload = wire = 0
     in_exchange = 0.0
     start = time.perf_counter()
-    for _ in range(setup.epochs):
+    for epoch in range(1, setup.epochs + 1):
         order = order_rng.permutation(len(X))
         losses = []
         for s in range(steps):
             rows = order[s * setup.batch_size:(s + 1) * setup.batch_size]
             loss, _ = mlp.loss_and_grad(X[rows], y[rows], out=grad, validate=False)
             t0 = time.perf_counter()
-            result = step(grad)
+            try:  # NaN and overflow are checked here, once, instead of warned about below
+                if not np.isfinite(loss):
+                    raise Diverged(f"the loss is {loss}")
+                with np.errstate(over="ignore", invalid="ignore"):
+                    result = step(grad)
+                if not np.isfinite(result.mean).all():  # the same on every rank
+                    raise Diverged("the averaged gradient is not finite")
+            except Diverged as err:
+                raise Diverged(f"diverged at epoch {epoch}, step {s + 1} with {setup.label}: "
+                               f"{divergence_advice(setup, mlp.n_params)}") from err
             in_exchange += time.perf_counter() - t0
             opt.step(result.mean)
             payload += result.payload_nbytes
@@ -229,5 +252,5 @@ def train(p: int, setup: Setup, *, cluster=None, data=None, on_update=None,
         params=[log["params"] for log in logs])
 
 
-__all__ = ["CompressionResult", "Setup", "compressed_exchange", "dp_gradient_sum", "steps_per_epoch",
-           "train", "train_worker"]
+__all__ = ["CompressionResult", "Setup", "compressed_exchange", "divergence_advice",
+           "dp_gradient_sum", "steps_per_epoch", "train", "train_worker"]

@@ -80,6 +80,10 @@ class RandomK(Sparse):
         self.ratio = check_ratio(ratio)
         self._rng = as_generator(rng)
 
+    def variance_bound(self, n: int) -> float:
+        """omega = n / k - 1 (each kept element's variance is (n/k - 1) x_i^2)."""
+        return n / keep_count(n, self.ratio) - 1
+
     def select(self, x):
         k = keep_count(x.size, self.ratio)
         idx = np.sort(self._rng.choice(x.size, size=k, replace=False))
