@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coursekit.processes import end_processes, with_descendants
+from coursekit.reaper import start_reaper
 
 __all__ = [
     "ENV_CLUSTER",
@@ -170,6 +171,8 @@ class CourseCluster:
         self.ipp_cluster = ipp_cluster
         self.timeout = timeout
         self._stopped = False
+        # ends the cluster if this process dies without stopping it (coursekit.reaper)
+        self._reaper = start_reaper(self._process_ids()) if self.owned else None
         self.engine_ids, self.mpi, hosts = self._assign_ranks()
         if size is not None:  # the first `size` ranks; the other engines stay untouched
             self.engine_ids, hosts = self.engine_ids[:size], hosts[:size]
@@ -245,6 +248,8 @@ class CourseCluster:
             self.client.close()
             self.ipp_cluster.stop_cluster_sync()
             end_processes(processes)
+            self._reaper.terminate()
+            self._reaper.wait()
         else:
             self.client.close()
 

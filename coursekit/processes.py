@@ -39,6 +39,14 @@ def _processes(ipython_dir: str | None, command: re.Pattern | None) -> list[psut
     return found
 
 
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (a dead child its parent has not reaped yet)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def describe(proc: psutil.Process) -> str:
     try:
         return f"pid {proc.pid}: {' '.join(proc.cmdline())[:160]}"

@@ -48,7 +48,11 @@ class Lab:
             (settings / name).write_text(json.dumps(values))
         self.port = free_port()
         self.log_path = workdir / "lab.log"
+        # the kernels and their clusters inherit an IPYTHONDIR of their own: the test
+        # finds every cluster process the course left (coursekit.processes)
+        self.ipython_dir = workdir / "ipython"
         env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
+                   IPYTHONDIR=str(self.ipython_dir),
                    JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(workdir / "ws"))
         self.process = subprocess.Popen(
             ["make", "lab", f"PORT={self.port}",
@@ -130,15 +134,10 @@ def wait_for_kernel_idle(page, timeout_ms: int) -> None:
     )
 
 
-def run_all_cells(page, timeout_ms: int = 120_000, *, but_last: bool = False) -> None:
-    """Clear every output, run every cell (``but_last``: all above the last one, e.g. to
-    use a panel before the last cell stops the cluster), wait until none is queued or running."""
+def run_all_cells(page, timeout_ms: int = 120_000) -> None:
+    """Clear every output, run every cell, wait until none is queued or running."""
     clear_all_outputs(page)
-    if but_last:
-        select_last_cell(page)
-        menu(page, "Run", "Run All Above Selected Cell")
-    else:
-        menu(page, "Run", "Run All Cells")
+    menu(page, "Run", "Run All Cells")
     wait_until_executed(page, timeout_ms)
 
 
@@ -161,19 +160,6 @@ def clear_all_outputs(page, attempts: int = 4) -> None:
         except PlaywrightTimeout:
             if attempt == attempts - 1:
                 raise
-
-
-def select_last_cell(page) -> None:
-    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").last.click()
-
-
-def run_last_cell(page, timeout_ms: int = 60_000) -> None:
-    """Run the notebook's last cell from the menu and wait for it."""
-    select_last_cell(page)
-    menu(page, "Run", "Run Selected Cell and Do not Advance")  # no new cell below
-    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").last.filter(
-        has_text=re.compile(r"\[\d+\]")).wait_for(timeout=timeout_ms)
-    wait_until_executed(page, timeout_ms)
 
 
 def wait_until_executed(page, timeout_ms: int) -> None:

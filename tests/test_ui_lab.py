@@ -1,23 +1,25 @@
 """The course as students meet it: `make lab`, a real Chromium, notebooks run from the menu.
 
 One JupyterLab serves every notebook, one after another. Each chapter notebook with a
-panel is run from the menu up to its last cell (which stops the cluster), then a control
-of its panel is moved and Run clicked, and the panel's status and plot must change to what
-the new setting gives; then the last cell runs, no cell may show an error, and the
-kernel is shut down from the menu. Screenshots are saved under artifacts/ui/. Needs
+panel is run from the menu (Run All Cells: its cluster stays up, the panel stays live),
+then a control of its panel is moved and Run clicked, and the panel's status and plot
+must change to what the new setting gives; no cell may show an error, and the kernel is
+shut down from the menu, which must leave no cluster process behind. Screenshots are saved under artifacts/ui/. Needs
 Debian's chromium and the playwright package (both installed by .ci/run; playwright comes
 with the test extra). Without a browser the test is skipped locally, and fails under CI.
 """
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+from coursekit.processes import cluster_processes, describe
 from lab_driver import (CHROMIUM, CHROMIUM_ARGS, Lab, error_outputs, open_notebook,
-                        run_all_cells, run_last_cell, shut_down_kernel)
+                        run_all_cells, shut_down_kernel)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts" / "ui"
@@ -72,6 +74,7 @@ def test_setup_notebook_runs_top_to_bottom_in_the_browser(lab, page):
     assert any("[(0, 4), (1, 4), (2, 4), (3, 4)]" in text for text in outputs)
     assert any("<CourseCluster stopped" in text for text in outputs)  # the last cell ran
     shut_down_kernel(page, lab)
+    assert_no_cluster_left(lab)
 
 
 # ---- the chapter panels -----------------------------------------------------------------------
@@ -108,12 +111,11 @@ class Visit:
     notebook: str
     move: Callable
     expect: str  # regex the status line must match after Run
-    last_cell_stops_cluster: bool = True
 
 
 VISITS = [
     Visit("01_backprop_numba", steps(slide("epochs", "ArrowLeft", 3), select("activation", "tanh")),
-          r"^test accuracy [\d.]+% after 17 epochs", last_cell_stops_cluster=False),
+          r"^test accuracy [\d.]+% after 17 epochs"),
     Visit("02_collectives", select("collective", "bcast"),
           r"^largest: [\d.e+-]+ ms measured, [\d.e+-]+ ms predicted$"),
     Visit("03_data_parallel", select("exchange", "ps"), r"^[\d.]+ ms/step \(compute"),
@@ -130,13 +132,13 @@ VISITS = [
 @pytest.mark.parametrize("visit", VISITS, ids=lambda v: v.notebook)
 def test_chapter_panel_runs_in_the_browser(lab, page, visit):
     open_notebook(page, lab, f"notebooks/{visit.notebook}.ipynb")
-    # the last cell stops the cluster: run it after using the panel
-    run_all_cells(page, timeout_ms=180_000, but_last=visit.last_cell_stops_cluster)
+    run_all_cells(page, timeout_ms=180_000)
     assert error_outputs(page) == []
     panel = page.locator(".ck-panel")
     status, plot = panel.locator(".ck-status"), panel.locator(".ck-plot")
     panel.scroll_into_view_if_needed()
     before_text, before_plot = status.inner_text(), plot.screenshot()
+    assert "cluster is gone" not in before_text  # Run All left the panel a live cluster
 
     visit.move(panel)
     click_run(page, panel, visit.expect, before_text)
@@ -146,12 +148,17 @@ def test_chapter_panel_runs_in_the_browser(lab, page, visit):
     wait_for_status(page, visit.expect, before_text)
     panel.evaluate("element => element.scrollIntoView({block: 'start'})")  # controls on top
     shoot(page, visit.notebook)
-
-    if visit.last_cell_stops_cluster:
-        run_last_cell(page)
-        assert "<CourseCluster stopped" in page.locator(".jp-OutputArea-output").last.inner_text()
     assert error_outputs(page) == []
     shut_down_kernel(page, lab)
+    assert_no_cluster_left(lab)
+
+
+def assert_no_cluster_left(lab, timeout: float = 15) -> None:
+    """Shutting down the kernel stopped the notebook's cluster (atexit, or its reaper)."""
+    deadline = time.monotonic() + timeout
+    while (left := cluster_processes(str(lab.ipython_dir))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], "cluster processes outlived the kernel:\n" + "\n".join(map(describe, left))
 
 
 def click_run(page, panel, expect: str, before: str = "") -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-import psutil
+from coursekit.processes import alive
 
 __all__ = ["cluster_problem", "error_message"]
 
@@ -46,13 +46,6 @@ def error_message(err: BaseException, cluster=None) -> str:
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS - 3] + "..."
 
 
-def _alive(process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def cluster_problem(cluster) -> str | None:
     """Why ``cluster`` (a :class:`coursekit.cluster.CourseCluster`) cannot run anything any
     more, or None if it looks alive (and for None). Never blocks: it looks at the
@@ -66,7 +59,7 @@ def cluster_problem(cluster) -> str | None:
     if ipp_cluster is not None:
         controller = ipp_cluster.controller
         process = getattr(controller, "process", None)
-        if controller is None or (process is not None and not _alive(process)):
+        if controller is None or (process is not None and not alive(process)):
             return "its controller ended"
     known = set(cluster.client.ids)
     lost = [rank for rank, eid in enumerate(cluster.engine_ids) if eid not in known]

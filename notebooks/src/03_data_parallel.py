@@ -242,9 +242,10 @@ panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
 
 # %% [markdown]
-# ## Stop the cluster
-
-# %%
-panel.cluster.stop()  # the panel's cluster: c, or a new one if you pressed Restart cluster
-c.stop()
-c
+# ## When you are done
+#
+# The cluster keeps running, so the panel above stays live after Run All. Shut down the
+# kernel when you are done (Kernel > Shut Down Kernel): its cluster stops with it, even if
+# the kernel is killed (a watchdog, `coursekit.reaper`, then ends the engines). To stop it
+# now: `panel.cluster.stop()` (the panel's cluster: `c`, or a new one if you pressed
+# Restart cluster).

@@ -190,9 +190,10 @@ print(f"checkpoint at version {saved}; after the restart: version {restart.serve
       f"test accuracy {restart.accuracy(digits.X_test, digits.y_test):.3f}")
 
 # %% [markdown]
-# ## Stop the cluster
-
-# %%
-panel.cluster.stop()  # the panel's cluster: c, or a new one if you pressed Restart cluster
-c.stop()
-c
+# ## When you are done
+#
+# The cluster keeps running, so the panel above stays live after Run All. Shut down the
+# kernel when you are done (Kernel > Shut Down Kernel): its cluster stops with it, even if
+# the kernel is killed (a watchdog, `coursekit.reaper`, then ends the engines). To stop it
+# now: `panel.cluster.stop()` (the panel's cluster: `c`, or a new one if you pressed
+# Restart cluster).

@@ -471,8 +471,8 @@ plt.show()
 # both busy with little waiting; the point of the measurement is *where the time goes*.
 # Chapter 7 simulates the same trade-offs at a thousand GPUs.
 #
-# ## Stop the cluster
-
-# %%
-c.stop()
-c
+# ## When you are done
+#
+# The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):
+# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.reaper`,
+# then ends the engines). To stop it now: `c.stop()`.

@@ -284,9 +284,10 @@ print(f"int8:    {report.int8_accuracy:.1%} test accuracy, {report.int8_bytes} b
 assert abs(report.int8_accuracy - report.float_accuracy) <= 0.01 and report.size_ratio > 3.5
 
 # %% [markdown]
-# ## Stop the cluster
-
-# %%
-panel.cluster.stop()  # the panel's cluster: c, or a new one if you pressed Restart cluster
-c.stop()
-c
+# ## When you are done
+#
+# The cluster keeps running, so the panel above stays live after Run All. Shut down the
+# kernel when you are done (Kernel > Shut Down Kernel): its cluster stops with it, even if
+# the kernel is killed (a watchdog, `coursekit.reaper`, then ends the engines). To stop it
+# now: `panel.cluster.stop()` (the panel's cluster: `c`, or a new one if you pressed
+# Restart cluster).

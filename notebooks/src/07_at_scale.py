@@ -520,8 +520,8 @@ print(f"data-parallel step on 2 engines: measured {1e3 * v.measured_s:.2f} ms, "
 # their real host names, and `sim.calibrate` measures the two levels of the real network for
 # the simulator.
 #
-# ## Stop the cluster
-
-# %%
-c.stop()
-c
+# ## When you are done
+#
+# The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):
+# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.reaper`,
+# then ends the engines). To stop it now: `c.stop()`.
