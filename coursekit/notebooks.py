@@ -38,6 +38,9 @@ CELL_MARKER = re.compile(r"^# %%(?P<kind> \[markdown\])?\s*$")
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[:\s]*(?P<hint>.*?)\s*$")
 END = re.compile(r"^[ \t]*### END SOLUTION\s*$")
 CELL_TIMEOUT_S = 300
+# tqdm's text form ("steps: 0it [00:00, ?it/s]", " 40%|####  | 4/10"): what a progress bar
+# left in a stored notebook shows before it runs; bars are transient, never stored
+PROGRESS_BAR = re.compile(r"\d+it \[\d\d:\d\d|\d+%\|")
 
 
 class NotebookError(ValueError):
@@ -137,11 +140,25 @@ def execute(source: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
             from coursekit.processes import end_cluster_processes
 
             end_cluster_processes(ipython_dir)
+    drop_progress_bars(notebook)
     nbformat.write(notebook, target)
     print(f"executed {target.relative_to(ROOT)} in {time.monotonic() - started:.1f} s")
     if target.parent.name == "solutions":
         write_exercise(target)
     return target
+
+
+def drop_progress_bars(notebook: nbformat.NotebookNode) -> None:
+    """Remove progress-bar outputs (tqdm widgets) from every code cell."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs
+                            if not PROGRESS_BAR.search(_plain_text(o))]
+
+
+def _plain_text(output) -> str:
+    text = output.get("data", {}).get("text/plain", "")
+    return "".join(text) if isinstance(text, list) else text
 
 
 # --------------------------------------------------------------------------- exercises

@@ -38,6 +38,30 @@ def test_stored_notebook_matches_its_source_and_is_fully_executed(source):
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
 
 
+RAW_WIDGET_REPR = r"^\w+\((children|value)="  # ipywidgets' repr: VBox(children=(HBox(...
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_stored_outputs_read_well_before_the_notebook_runs(source):
+    """No widget shows ipywidgets' raw repr and no empty progress bar is stored: that text
+    is what a student sees before running, and what GitHub shows."""
+    import re
+
+    stored = nbformat.read(nb.notebook_for(source), as_version=4)
+    texts = [nb._plain_text(o) for c in stored.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [t for t in texts if re.match(RAW_WIDGET_REPR, t)]
+    assert not [t for t in texts if nb.PROGRESS_BAR.search(t)]
+
+
+def test_drop_progress_bars_keeps_other_outputs():
+    notebook = nb.parse_source("# %%\nx = 1\n")
+    bar = nbformat.v4.new_output("display_data", {"text/plain": "steps: 0it [00:00, ?it/s]"})
+    other = nbformat.v4.new_output("display_data", {"text/plain": "accuracy 91%"})
+    notebook.cells[0].outputs = [bar, other]
+    nb.drop_progress_bars(notebook)
+    assert notebook.cells[0].outputs == [other]
+
+
 def test_every_notebook_has_a_source():
     built = sorted(p for folder in nb.SOURCE_FOLDERS for p in (nb.ROOT / folder).glob("*.ipynb"))
     assert built == sorted(nb.notebook_for(s) for s in SOURCES)

@@ -6,7 +6,9 @@ with :func:`coursekit.viz.plot_timeline` (kinds: "forward", "backward", "compute
 "optimizer", "comm", "idle"; colours from :mod:`coursekit.viz.style`).
 
 Straggler injection: a recorder with ``slow_factor`` s > 1 stretches every compute span
-to s times its measured length (it sleeps (s - 1) * t after each). Synchronous SGD then
+to s times its measured length (it spins (s - 1) * t after each, keeping its core busy as
+a slower processor does; sleeping would hand the core to the other engines when several
+share few cores, and the step time would even fall). Synchronous SGD then
 runs at the pace of the slowest worker: with one straggler the step time is about
 
     t_step ~ s * t_compute + t_comm        (the other N - 1 workers idle (s - 1) * t_compute)
@@ -16,7 +18,6 @@ because every gradient exchange waits for the last contribution.
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -44,11 +45,13 @@ class SpanRecorder:
 
     @contextmanager
     def compute(self, kind: str = "compute"):
-        """Time a compute block; a straggler sleeps (slow_factor - 1) times its length."""
+        """Time a compute block; a straggler spins (slow_factor - 1) times its length."""
         t0 = now()
         yield
         if self.slow_factor > 1.0:
-            time.sleep((self.slow_factor - 1.0) * (now() - t0))
+            until = now() + (self.slow_factor - 1.0) * (now() - t0)
+            while now() < until:  # busy, like a slower processor
+                pass
         self.record(kind, t0, now())
 
     @contextmanager

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from coursekit.nn.activations import HIDDEN_ACTIVATIONS
 from coursekit.nn.experiment import train_digits
-from coursekit.widgets.panel import Panel, png
+from coursekit.widgets.panel import LiveRepr, Panel, png
 
 __all__ = ["BackpropPanel", "LivePlot", "plot_history"]
 
@@ -42,7 +42,7 @@ def plot_history(history, title: str = "") -> Figure:
     return fig
 
 
-class LivePlot(widgets.Image):
+class LivePlot(LiveRepr, widgets.Image):
     """An image of :func:`plot_history` that redraws when called: ``train(..., callback=live)``.
 
     Drawing a figure takes a good fraction of a second, so calls closer than

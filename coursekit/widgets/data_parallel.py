@@ -26,7 +26,7 @@ from coursekit.parallel.dp_config import EXCHANGES, DPConfig
 from coursekit.parallel.dp_experiments import cluster_runner
 from coursekit.parallel.lr_rules import RULES
 from coursekit.viz import byte_label, color, plot_timeline
-from coursekit.widgets.panel import Panel, png, size_limit
+from coursekit.widgets.panel import LiveRepr, Panel, png, size_limit
 
 __all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_live",
            "plot_lr_grid", "plot_run", "plot_scaling", "plot_straggler", "plot_timeline_of"]
@@ -168,7 +168,7 @@ def live_label(data) -> str:
     return f"step {min(d.get('step', 0) for d in data)}{acc}"
 
 
-class LiveView(widgets.VBox):
+class LiveView(LiveRepr, widgets.VBox):
     """``on_update`` for :func:`coursekit.live.follow`: :func:`plot_live` and a label,
     redrawn as the data arrive."""
 

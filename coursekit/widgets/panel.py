@@ -76,13 +76,21 @@ class _ClusterGone(Exception):
     """The panel's cluster disappeared while a run was waiting for it."""
 
 
+class LiveRepr:
+    """A widget whose plain-text form is one readable line, not ipywidgets' repr of its
+    children: that text is what a notebook shows before it runs, and on GitHub."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}: live; run this notebook in JupyterLab to see and use it"
+
+
 def _button(description: str, css: str, **kwargs) -> widgets.Button:
     button = widgets.Button(description=description, **kwargs)
     button.add_class(css)
     return button
 
 
-class Panel(widgets.VBox):
+class Panel(LiveRepr, widgets.VBox):
     """Controls (``columns`` columns of them), Run / Stop / Restart, a progress bar, the
     status line, extra ``outputs`` (widgets shown above the plot) and the ``plot`` (an
     ``Image``; give one to use a subclass such as a live plot).

@@ -172,13 +172,20 @@ for rule, acc in zip(grid.rules, grid.accuracy):
 #
 # ## 6. Stragglers
 #
-# Worker 0 is made slower by a factor (its compute spans are stretched). Everybody's step
-# time follows the straggler: the others wait in the allreduce.
+# Worker 0 is made slower by a factor (its compute spans are stretched: it keeps its core
+# busy for that much longer, as a slower processor would). A wider network (64-1024-1024-10,
+# 128 examples per worker) makes the compute large enough to see next to the allreduce.
+# Everybody's step time follows the straggler: the others wait in the allreduce, so a step
+# lasts at least the straggler's compute.
 
 # %%
-strag = ex.straggler_sweep(on_engines, big, 4, [1, 2, 4, 6])
+wide = replace(big, sizes=(64, 1024, 1024, 10), batch_size=128, epochs=10, max_steps=20)
+strag = ex.straggler_sweep(on_engines, wide, 4, [1, 2, 4, 6])
 dpw.plot_straggler(strag)
 plt.show()
+# what the text says, on these measurements
+assert strag.time_per_step[-1] > 2 * strag.time_per_step[0]
+assert np.all(strag.time_per_step >= strag.straggler_compute)
 
 # %% [markdown]
 # ## 7. Buckets and overlap
