@@ -176,7 +176,9 @@ for rule, acc in zip(grid.rules, grid.accuracy):
 # busy for that much longer, as a slower processor would). A wider network (64-1024-1024-10,
 # 128 examples per worker) makes the compute large enough to see next to the allreduce.
 # Everybody's step time follows the straggler: the others wait in the allreduce, so a step
-# lasts at least the straggler's compute.
+# lasts at least the straggler's compute, and it grows by about as much as that compute
+# does (the cell checks at least half of it: the allreduce's own time varies from run to
+# run, more so between hosts).
 
 # %%
 wide = replace(big, sizes=(64, 1024, 1024, 10), batch_size=128, epochs=10, max_steps=20)
@@ -184,8 +186,9 @@ strag = ex.straggler_sweep(on_engines, wide, 4, [1, 2, 4, 6])
 dpw.plot_straggler(strag)
 plt.show()
 # what the text says, on these measurements
-assert strag.time_per_step[-1] > 2 * strag.time_per_step[0]
-assert np.all(strag.time_per_step >= strag.straggler_compute)
+grew = strag.time_per_step[-1] - strag.time_per_step[0]
+slowed = strag.straggler_compute[-1] - strag.straggler_compute[0]
+assert grew > 0.5 * slowed and np.all(strag.time_per_step >= strag.straggler_compute)
 
 # %% [markdown]
 # ## 7. Buckets and overlap
