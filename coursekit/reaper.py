@@ -21,7 +21,7 @@ import time
 
 import psutil
 
-from coursekit.processes import alive, end_processes
+from coursekit.processes import alive, end_processes, with_descendants
 
 __all__ = ["POLL_S", "start_reaper", "watch"]
 
@@ -43,13 +43,7 @@ def watch(owner_pid: int, pids: list[int], poll_s: float = POLL_S) -> list[psuti
         owner = psutil.Process(owner_pid)
     except psutil.NoSuchProcess:
         owner = None
-    watched = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            watched += [proc, *proc.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            pass
+    watched = with_descendants(pids)
     while owner is not None and alive(owner) and any(alive(p) for p in watched):
         time.sleep(poll_s)
     left = [p for p in watched if alive(p)]
