@@ -18,6 +18,7 @@ because every gradient exchange waits for the last contribution.
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -50,8 +51,8 @@ class SpanRecorder:
         yield
         if self.slow_factor > 1.0:
             until = now() + (self.slow_factor - 1.0) * (now() - t0)
-            while now() < until:  # busy, like a slower processor
-                pass
+            while now() < until:  # busy, like a slower processor; sleep(0) lets in-process
+                time.sleep(0)        # ranks (ThreadComm threads) take the GIL meanwhile
         self.record(kind, t0, now())
 
     @contextmanager
