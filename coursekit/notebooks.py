@@ -41,6 +41,9 @@ CELL_TIMEOUT_S = 300
 # tqdm's text form ("steps: 0it [00:00, ?it/s]", " 40%|####  | 4/10"): what a progress bar
 # left in a stored notebook shows before it runs; bars are transient, never stored
 PROGRESS_BAR = re.compile(r"\d+it \[\d\d:\d\d|\d+%\|")
+# nbval's comment markers become cell tags (nbval reads both), so the first line a student
+# reads in a cell is code, not "# NBVAL_IGNORE_OUTPUT"
+NBVAL_MARKER = re.compile(r"^# (?P<marker>NBVAL_(?:IGNORE_OUTPUT|CHECK_OUTPUT|RAISES_EXCEPTION|SKIP))\s*$")
 
 
 class NotebookError(ValueError):
@@ -60,7 +63,7 @@ def parse_source(text: str) -> nbformat.NotebookNode:
             body = "\n".join(re.sub(r"^# ?", "", line) for line in body.split("\n"))
             cells.append(nbformat.v4.new_markdown_cell(body))
         elif kind == "code" and body.strip():
-            cells.append(nbformat.v4.new_code_cell(body))
+            cells.append(code_cell(body))
 
     for line in text.splitlines():
         marker = CELL_MARKER.match(line)
@@ -80,6 +83,21 @@ def parse_source(text: str) -> nbformat.NotebookNode:
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index:03d}"  # stable ids: rebuilding gives the same JSON
     return notebook
+
+
+def code_cell(body: str) -> nbformat.NotebookNode:
+    """A code cell whose nbval comment markers are moved into its tags (``nbval-ignore-output``)."""
+    lines, tags = [], []
+    for line in body.split("\n"):
+        marker = NBVAL_MARKER.match(line)
+        if marker:
+            tags.append(marker["marker"].lower().replace("_", "-"))
+        else:
+            lines.append(line)
+    cell = nbformat.v4.new_code_cell("\n".join(lines).strip("\n"))
+    if tags:
+        cell.metadata["tags"] = tags
+    return cell
 
 
 def notebook_for(source: Path) -> Path:

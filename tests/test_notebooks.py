@@ -19,7 +19,7 @@ SOLUTIONS = sorted((nb.ROOT / "solutions").glob("*.ipynb"))
 
 
 def code_and_markdown(notebook):
-    return [(c.cell_type, c.source) for c in notebook.cells]
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in notebook.cells]
 
 
 def test_there_is_a_notebook_for_every_chapter_zero_source():
@@ -99,8 +99,21 @@ def test_parse_source_cells():
         "# comment before the first cell is dropped\n"
         "# %% [markdown]\n# # Title\n#\n# text\n\n# %%\nx = 1\n\n\n# %%\n\n# %%\ny = 2\n"
     )
-    assert code_and_markdown(notebook) == [("markdown", "# Title\n\ntext"), ("code", "x = 1"), ("code", "y = 2")]
+    assert code_and_markdown(notebook) == [("markdown", "# Title\n\ntext", []), ("code", "x = 1", []),
+                                           ("code", "y = 2", [])]
     assert [c.id for c in notebook.cells] == ["cell-000", "cell-001", "cell-002"]
+
+
+def test_nbval_markers_become_cell_tags_so_students_read_code_first():
+    notebook = nb.parse_source("# %%\n# NBVAL_IGNORE_OUTPUT\nprint(1)\n# %%\n# NBVAL_SKIP\n# a comment\nx = 2\n")
+    assert code_and_markdown(notebook) == [("code", "print(1)", ["nbval-ignore-output"]),
+                                           ("code", "# a comment\nx = 2", ["nbval-skip"])]
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_no_stored_cell_shows_an_nbval_marker(source):
+    stored = nbformat.read(nb.notebook_for(source), as_version=4)
+    assert not [c.source for c in stored.cells if "NBVAL_" in c.source]
 
 
 def test_parse_source_rejects_code_before_the_first_marker():
