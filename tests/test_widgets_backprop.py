@@ -45,6 +45,27 @@ def test_panel_result_equals_a_direct_call():
     np.testing.assert_array_equal(result.history.step_loss, direct.history.step_loss)
 
 
+def test_a_diverging_run_says_so_and_in_which_epoch():
+    panel = BackpropPanel()
+    panel.lr.value = 10**0.5  # the slider's top: lr 3.16 overflows within the first epochs
+    panel.epochs.value = 3
+    with np.errstate(all="ignore"):
+        result = panel.run()
+    epoch = result.history.diverged_at
+    assert epoch is not None and 1 <= epoch <= 3
+    assert panel.status.value.startswith(f"diverged in epoch {epoch}: the loss overflowed")
+    panel.lr.value = 0.1
+    panel.run()
+    assert panel.result.history.diverged_at is None and panel.status.value.startswith("test accuracy")
+
+
+def test_diverged_at_counts_epochs_from_one():
+    history = train(MLP([4, 3, 2], seed=0), np.zeros((8, 4)), np.zeros(8, int), epochs=2, batch_size=4, lr=0.1)
+    assert history.diverged_at is None
+    poisoned = type(history)(**{**history.__dict__, "step_loss": np.array([1.0, 1.0, 1.0, np.nan])})
+    assert poisoned.diverged_at == 2
+
+
 def test_errors_from_the_experiment_show_in_the_status():
     def failing(**kwargs):
         raise ValueError("hidden=4 is too small for this demo")

@@ -33,6 +33,15 @@ class History:
     def epochs(self) -> int:
         return len(self.train_loss)
 
+    @property
+    def diverged_at(self) -> int | None:
+        """The first epoch (1-based) in which a step's loss was NaN or infinite, or None."""
+        bad = np.flatnonzero(~np.isfinite(self.step_loss))
+        if not len(bad):
+            return None
+        steps_per_epoch = len(self.step_loss) // self.epochs
+        return int(bad[0]) // steps_per_epoch + 1
+
 
 def train(
     model,

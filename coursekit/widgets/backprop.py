@@ -74,7 +74,7 @@ class BackpropPanel(Panel):
         style = {"description_width": "110px"}
         self.hidden = widgets.IntSlider(64, min=4, max=256, step=4, description="hidden units", style=style)
         self.lr = widgets.FloatLogSlider(
-            0.1, base=10, min=-3, max=0, step=0.1, description="learning rate", style=style
+            0.1, base=10, min=-3, max=0.5, step=0.1, description="learning rate", style=style
         )
         self.batch_size = widgets.SelectionSlider(options=BATCH_SIZES, value=32, description="batch size", style=style)
         self.activation = widgets.Dropdown(
@@ -110,4 +110,8 @@ class BackpropPanel(Panel):
     def show(self, result) -> None:
         self.plot(result.history, force=True)
         h = result.history
-        self.say(f"test accuracy {result.test_accuracy:.1%} after {h.epochs} epochs ({h.seconds:.2f} s)")
+        if h.diverged_at is not None:
+            self.say(f"diverged in epoch {h.diverged_at}: the loss overflowed to NaN (test accuracy "
+                     f"{result.test_accuracy:.1%}, a guess); lower the learning rate")
+        else:
+            self.say(f"test accuracy {result.test_accuracy:.1%} after {h.epochs} epochs ({h.seconds:.2f} s)")
