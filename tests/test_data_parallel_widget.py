@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 from coursekit.data import load_digits  # noqa: E402
 from coursekit.parallel import dp_experiments as ex  # noqa: E402
 from coursekit.parallel.data_parallel import DPConfig  # noqa: E402
+from coursekit.parallel.dp_results import StepBreakdown  # noqa: E402
 from coursekit.widgets import data_parallel as w  # noqa: E402
 
 
@@ -39,7 +40,19 @@ def test_panel_runs_with_the_controls_values(run):
     assert (r.config.straggler_rank, r.config.slow_factor, r.config.bucket_mb) == (0, 2.0, 0.01)
     assert panel.progress.value == panel.progress.max == 11  # ceil(256 rows / 24)
     assert panel.plot.value[:4] == b"\x89PNG"
-    assert "ms/step" in panel.status.value
+    parts = r.step_breakdown()
+    assert panel.status.value.startswith(str(parts))
+
+
+def test_step_breakdown_parts_add_up_and_none_is_negative(run):
+    r = run(replace(BASE, straggler_rank=0, slow_factor=3.0), 3)
+    parts = r.step_breakdown()
+    assert parts.step == pytest.approx(parts.compute + parts.communication + parts.other)
+    assert min(parts.compute, parts.communication, parts.other) >= 0
+    assert parts.step == pytest.approx(r.step_s.max(axis=0).mean())
+    # a hand-made run: rank 0 computes 5 then exchanges 1; rank 1 computes 1 and waits 5.5
+    fake = replace(r, step_s=np.array([[6.0], [6.5]]), compute_s=np.array([[5.0], [1.0]]))
+    assert fake.step_breakdown() == StepBreakdown(6.5, 5.0, 1.0, 0.5)
 
 
 def test_panel_reports_bad_settings_in_its_status(run):

@@ -8,7 +8,29 @@ import numpy as np
 
 from .dp_config import DPConfig
 
-__all__ = ["DPResult", "RankResult", "combine"]
+__all__ = ["DPResult", "RankResult", "StepBreakdown", "combine"]
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Mean seconds per step, split so the parts add up to the whole:
+
+        step = compute (slowest rank) + communication (the rank that waited least)
+               + other (waiting for ranks that arrived late, Python between the spans)
+
+    Per step, the longest rank's time >= the slowest compute + the least exposed
+    communication, so ``other`` is never negative.
+    """
+
+    step: float
+    compute: float
+    communication: float
+    other: float
+
+    def __str__(self) -> str:
+        ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
+        return (f"{ms(self.step)} ms/step on average = compute {ms(self.compute)} (slowest rank) + communication "
+                f"{ms(self.communication)} + other {ms(self.other)} (waiting for late ranks, Python overhead)")
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,14 @@ class DPResult:
     @property
     def comm_per_step(self) -> float:
         return float(np.median((self.step_s - self.compute_s).min(axis=0)))
+
+    def step_breakdown(self) -> StepBreakdown:
+        """The mean step split into parts that add up (see :class:`StepBreakdown`)."""
+        step = self.step_s.max(axis=0).mean()
+        compute = self.compute_s.max(axis=0).mean()
+        communication = (self.step_s - self.compute_s).min(axis=0).mean()
+        return StepBreakdown(float(step), float(compute), float(communication),
+                             float(step - compute - communication))
 
     def bytes_sent(self) -> np.ndarray:
         """Bytes each rank sent per step, over the traced last steps."""

@@ -239,6 +239,5 @@ class DataParallelPanel(Panel):
         self.plot.value = png(plot_live(data))
 
     def show(self, r) -> None:
-        self.say(f"{r.time_per_step * 1e3:.2f} ms/step (compute {r.compute_per_step * 1e3:.2f}, "
-                 f"communication {r.comm_per_step * 1e3:.2f}); final loss {r.loss[-1]:.3f}")
+        self.say(f"{r.step_breakdown()}; final loss {r.loss[-1]:.3f}")
         self.plot.value = png(plot_run(r, fig=Figure(figsize=(10, 3.4))))
