@@ -7,7 +7,8 @@ from coursekit.data import load_digits
 from coursekit.nn import MLP, train as train_serial
 from coursekit.parallel.compression.experiment import Setup, train
 from coursekit.parallel.compression.inference import int8_report, quantize_mlp, quantize_symmetric
-from coursekit.widgets.compression import VALUES, CompressionPanel
+from coursekit.parallel.compression import predict_seconds
+from coursekit.widgets.compression import VALUES, CompressionPanel, exchange_comparison
 
 ALPHA, BETA = 50e-6, 1 / 1.5e9
 
@@ -32,6 +33,11 @@ def test_run_button_calls_the_experiment_with_the_controls():
     result = panel.results[-1]
     assert result.p == 2 and len(result.test_accuracy) == 2
     assert f"{result.final_accuracy:.1%}" in panel.status.value
+    assert panel.status.value.endswith(exchange_comparison(result, ALPHA, BETA))
+    steps = result.steps_per_epoch * 2
+    plain = steps * predict_seconds("allreduce", 2, 4 * result.n_params, ALPHA, BETA)
+    assert f"over the run's {steps} steps" in panel.status.value
+    assert f"vs {plain * 1e3:.3g} ms for a float32 allreduce" in panel.status.value
     assert panel.plot.value[:8] == b"\x89PNG\r\n\x1a\n"
     assert not panel.run_button.disabled
 

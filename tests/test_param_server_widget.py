@@ -39,7 +39,7 @@ def test_panel_runs_each_consistency_model_and_keeps_them_for_comparison():
     assert ssp.config.staleness == 1 and ssp.staleness.max() <= 1
     assert asp.config.staleness == 0 and asp.config.straggler == {2: 0.003}
     assert bytes(panel.plot.value)[:4] == bytes(panel.live.value)[:4] == b"\x89PNG"
-    assert "ASP, 3w/1s, straggler 3 ms" in panel.status.value
+    assert "ASP, 3 workers, 1 server, straggler 3 ms" in panel.status.value
     panel.clear_button.click()
     assert panel.results == []
 

@@ -28,10 +28,11 @@ __all__ = ["ParamServerPanel", "label", "plot_live", "plot_runs", "plot_worker_t
 
 
 def label(config: PSConfig) -> str:
-    """'SSP s=2, 3w/1s, straggler 5 ms' for legends."""
+    """'SSP s=2, 3 workers, 1 server, straggler 5 ms' for legends."""
     name = f"SSP s={config.staleness}" if config.model == "ssp" else config.model.upper()
     slow = max(config.straggler.values(), default=0.0)
-    return (f"{name}, {config.n_workers}w/{config.n_servers}s"
+    plural = lambda n, what: f"{n} {what}{'s' if n != 1 else ''}"  # noqa: E731
+    return (f"{name}, {plural(config.n_workers, 'worker')}, {plural(config.n_servers, 'server')}"
             + (f", straggler {slow * 1e3:g} ms" if slow else ""))
 
 
