@@ -178,6 +178,20 @@ BAD_INPUTS = [
     (lambda m: m.loss_and_grad(np.zeros(4), [0]), ValueError, "X must be 2-D"),
     (lambda m: m.predict(np.zeros((0, 4))), ValueError, "no rows"),
     (lambda m: m.forward(np.array([[np.inf, 0, 0, 0]])), ValueError, "NaN or infinite"),
+    # the cheap checks (one compiled pass each) keep the same guarantees
+    (lambda m: m.loss_and_grad(np.zeros((2, 4), np.float32), np.array([0, 2**64 - 1], np.uint64)), ValueError,
+     r"\[0, 3\).*got values from 0 to 18446744073709551615"),
+    (lambda m: m.loss_and_grad(np.zeros((2, 4), np.float32), np.array([0, -1], ">i8")), ValueError,
+     r"\[0, 3\).*got values from -1 to 0"),
+    (lambda m: m.loss_and_grad(np.zeros((2, 4), np.float32), np.array([0, 1], np.int8) - 2), ValueError,
+     r"\[0, 3\)"),
+    (lambda m: m.loss_and_grad(np.zeros((2, 4), np.float32), np.array([True, False])), TypeError,
+     "integer class labels"),
+    (lambda m: m.loss_and_grad(np.full((2, 4), 1e300), [0, 1]), ValueError, "NaN or infinite"),  # inf in float32
+    (lambda m: m.loss_and_grad(np.asfortranarray(np.full((2, 4), -np.inf, np.float32)), [0, 1]), ValueError,
+     "NaN or infinite"),
+    (lambda m: m.loss_and_grad(np.zeros((2, 4), bool), [0, 1]), TypeError, "real numbers"),
+    (lambda m: m.loss_and_grad(np.zeros((2, 4), complex), [0, 1]), TypeError, "real numbers"),
 ]
 
 
@@ -202,6 +216,26 @@ def test_bad_constructor_arguments_are_named(kwargs, match):
     args = {"sizes": [4, 6, 3], **kwargs}
     with pytest.raises(ValueError, match=match):
         MLP(args.pop("sizes"), **args)
+
+
+def test_checked_path_converts_any_real_layout_and_keeps_large_finite_values():
+    mlp = MLP([4, 6, 3], seed=0)
+    X, y = batch((4, 6, 3), n=5)
+    want_loss, want_grad = mlp.loss_and_grad(X, y, out=np.empty_like(mlp.params), validate=False)
+    for X_in, y_in in [
+        (X, y),
+        (np.asfortranarray(X), y.astype(np.uint8)),
+        (X.astype(">f4"), y.astype(">i4")),
+        (X.astype(np.float64), list(y)),
+    ]:
+        loss, grad = mlp.loss_and_grad(X_in, y_in)
+        assert loss == pytest.approx(want_loss, rel=1e-6)
+        np.testing.assert_allclose(grad, want_grad, rtol=1e-6)
+    big = np.full((2, 4), 3e38, np.float32)  # finite, though a sum (or sum of squares) of it is not
+    assert np.isfinite(mlp.check_inputs(big)).all()
+    X[1, 2] = np.nan  # one NaN among finite values, the last row too
+    with pytest.raises(ValueError, match="X contains NaN"):
+        mlp.loss_and_grad(X, y)
 
 
 def test_mse_targets_shape_is_checked():

@@ -4,24 +4,56 @@ import numpy as np
 import pytest
 
 from coursekit.nn import MLP
-from coursekit.nn.speed import best_time, measure_bandwidth, measure_matmul_peak, single_thread, training_steps
+from coursekit.nn.speed import (
+    TightNumpyStep,
+    best_time,
+    measure_bandwidth,
+    measure_matmul_peak,
+    single_thread,
+    training_steps,
+)
 
 
-def test_contestants_take_the_same_step():
-    mlp = MLP([6, 8, 3], seed=0)
+@pytest.mark.parametrize("activation", ["relu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("sizes", [(6, 8, 3), (6, 8, 5, 3), (6, 3)])
+def test_contestants_take_the_same_step(activation, sizes):
+    mlp = MLP(sizes, activation, seed=0)
+    assert MLP(sizes).activation == "relu"  # the default the benchmark runs: covered here
     rng = np.random.default_rng(0)
-    X, y = rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5)
+    X, y = rng.standard_normal((5, sizes[0])).astype(np.float32), rng.integers(0, sizes[-1], 5)
     initial = mlp.params.copy()
-    steps = training_steps(mlp, X, y, lr=0.1, torch=False)
-    for _ in range(3):
-        steps["numba"]()
-        steps["numpy"]()
-    np.testing.assert_allclose(steps["numba"].params, steps["numpy"].params, rtol=1e-5, atol=1e-6)
+    steps = training_steps(mlp, X, y, lr=0.5, torch=False)
+    assert list(steps) == ["numba", "numpy (tight)", "numpy (reference)"]
+    for n_more in (1, 3):  # compare after one step and after four
+        for _ in range(n_more):
+            for step in steps.values():
+                step()
+        numba = steps["numba"].params
+        # the step moves the parameters far more than the tolerance, so a wrong step fails
+        assert np.abs(numba - initial).max() > 1e-2
+        for name in ("numpy (tight)", "numpy (reference)"):
+            np.testing.assert_allclose(steps[name].params, numba, rtol=1e-5, atol=1e-6, err_msg=name)
     manual = mlp.copy()
-    for _ in range(3):
-        manual.params[...] -= np.float32(0.1) * manual.loss_and_grad(X, y)[1]
-    np.testing.assert_allclose(steps["numba"].params, manual.params, rtol=1e-6)
+    for _ in range(4):
+        manual.params[...] -= np.float32(0.5) * manual.loss_and_grad(X, y)[1]
+    np.testing.assert_allclose(steps["numba"].params, manual.params, rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(mlp.params, initial)  # each contestant works on its own copy
+
+
+def test_tight_numpy_step_returns_the_loss_and_detects_a_wrong_step():
+    mlp = MLP([6, 8, 3], seed=0)
+    rng = np.random.default_rng(2)
+    X, y = rng.standard_normal((5, 6)).astype(np.float32), rng.integers(0, 3, 5)
+    want_loss, want_grad = mlp.loss_and_grad(X, y)
+    tight = TightNumpyStep(mlp.params.copy(), mlp.sizes, "relu", 5, lr=0.5)
+    assert tight(X, y) == pytest.approx(want_loss, rel=1e-5)
+    np.testing.assert_allclose(tight.params, mlp.params - np.float32(0.5) * want_grad, rtol=1e-5, atol=1e-6)
+    # the same comparison fails for a step on other labels: the tolerance is not vacuous
+    other = TightNumpyStep(mlp.params.copy(), mlp.sizes, "relu", 5, lr=0.5)
+    other(X, (y + 1) % 3)
+    assert not np.allclose(other.params, tight.params, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="activation='identity' is not supported"):
+        TightNumpyStep(mlp.params.copy(), mlp.sizes, "identity", 5, lr=0.5)
 
 
 def test_pytorch_contestant_takes_the_same_step():

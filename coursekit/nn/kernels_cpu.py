@@ -27,7 +27,9 @@ import numpy as np
 from numba import njit
 
 __all__ = [
+    "all_finite",
     "forward",
+    "labels_in_range",
     "layer_backward",
     "layer_forward",
     "loss_and_grad_mse",
@@ -232,3 +234,27 @@ def momentum_update(params, grad, velocity, lr, mu):
         v = mu * velocity[i] + grad[i]
         velocity[i] = v
         params[i] -= lr * v
+
+
+# -- input checks (``MLP.check_inputs`` / ``check_targets``): one compiled pass each --------
+# NumPy needs a temporary and two calls for ``np.isfinite(X).all()`` and two reductions for a
+# label range; on the 64-128-10 net, batch 32, those checks cost about a third of the step.
+
+
+@njit(cache=True)
+def all_finite(a):
+    """True when no element of the C-contiguous float array ``a`` is NaN or infinite."""
+    flat = a.reshape(-1)
+    ok = True
+    for i in range(flat.size):
+        ok &= math.isfinite(flat[i])  # no early exit: the loop vectorizes
+    return ok
+
+
+@njit(cache=True)
+def labels_in_range(y, n_classes):
+    """True when every label of the 1-D integer array ``y`` lies in [0, n_classes)."""
+    bad = False
+    for i in range(y.size):
+        bad |= (y[i] < 0) | (y[i] >= n_classes)
+    return not bad
