@@ -27,6 +27,9 @@ if os.environ.get("COURSEKIT_TEST_CLUSTER"):
 else:
     os.environ.pop("COURSEKIT_CLUSTER", None)
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiet debugpy in kernels
+# every figure a panel draws or a notebook shows must keep the course's figure rules
+# (coursekit.viz.check): broken rules raise in this run, in tests and in nbval's kernels
+os.environ["COURSEKIT_STRICT_FIGURES"] = "1"
 
 
 # numba's CUDA simulator must be on before numba.cuda is imported: tests/test_nn_cuda.py

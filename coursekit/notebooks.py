@@ -143,6 +143,7 @@ def execute(source: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
     with tempfile.TemporaryDirectory(prefix="coursekit-ipython-") as ipython_dir:
         saved = os.environ.get("IPYTHONDIR")
         os.environ["IPYTHONDIR"] = ipython_dir  # the kernel's clusters stay in here
+        os.environ["COURSEKIT_STRICT_FIGURES"] = "1"  # a figure that breaks the rules fails the build
         try:
             NotebookClient(
                 notebook,

@@ -1,6 +1,8 @@
-"""Plots for the course: per-rank timelines and the shared colour vocabulary."""
+"""Plots for the course: per-rank timelines, the shared colour vocabulary, the figure rules."""
 
-from .style import COLORS, byte_label, color, time_unit
+from .check import FigureStyleError, figure_problems, show
+from .style import COLORS, byte_label, color, integer_ticks, legend_outside, series_color, time_unit
 from .timeline import match_messages, plot_timeline
 
-__all__ = ["COLORS", "byte_label", "color", "match_messages", "plot_timeline", "time_unit"]
+__all__ = ["COLORS", "FigureStyleError", "byte_label", "color", "figure_problems", "integer_ticks", "legend_outside",
+           "match_messages", "plot_timeline", "series_color", "show", "time_unit"]

@@ -40,7 +40,7 @@ def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = "t
                            edgecolors="white", linewidth=0.5)
             if labels and s.end - s.start > end / 150:
                 ax.text((s.start + s.end) / 2, r, str(s.action.mb), ha="center", va="center",
-                        fontsize="x-small", color="white")
+                        fontsize=7, color="white")
     kinds = sorted({s.action.kind for spans in timeline for s in spans}, key="FBW".index)
     names = {"F": "forward F", "B": "backward B", "W": "weight grad W"}
     ax.legend([Patch(facecolor=color(_STYLE[k][0]), hatch=_STYLE[k][1]) for k in kinds]

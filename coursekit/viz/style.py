@@ -24,6 +24,15 @@ COLORS = {
 """Activity name -> matplotlib colour."""
 
 
+def series_color(index: int) -> str:
+    """The colour of the ``index``-th method compared in one plot (matplotlib's cycle: C0, C1 ...).
+
+    Activities (compute, send ...) use :func:`color`; methods (allreduce vs parameter server,
+    one compressor vs another) use this, so two methods never share a colour.
+    """
+    return f"C{index % 10}"
+
+
 def color(kind: str) -> str:
     """The colour of activity ``kind``; ValueError lists the known kinds."""
     try:
@@ -48,3 +57,21 @@ def byte_label(nbytes: float) -> str:
             return f"{nbytes:g} {unit}"
         nbytes /= 1024
     raise AssertionError("unreachable")
+
+
+def legend_outside(ax, **kwargs):
+    """A legend to the right of ``ax``, never over its data (the figure rules' legend rule).
+
+    Use with ``layout="constrained"`` (or ``bbox_inches="tight"``) so the figure makes room.
+    """
+    options = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0,
+               "fontsize": 8, "frameon": False, **kwargs}
+    return ax.legend(**options)
+
+
+def integer_ticks(ax, which: str = "x") -> None:
+    """Ticks only at whole numbers on a counting axis (epochs, workers, staleness ...)."""
+    from matplotlib.ticker import MaxNLocator
+
+    for name in which:
+        getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import matplotlib.pyplot as plt
 
-from .style import color, time_unit
+from .style import color, legend_outside, time_unit
 
 _BAR = 0.6
 
@@ -42,7 +42,7 @@ def plot_timeline(traces, spans=(), *, ax=None, arrows: bool = True, title: str 
     if t0 is None:
         t0 = min(starts, default=0.0)
     unit, scale = time_unit(max(max(ends, default=t0) - t0, 1e-9))
-    fig = ax.figure if ax is not None else plt.figure(figsize=(8, 0.6 * len(traces) + 1.2))
+    fig = ax.figure if ax is not None else plt.figure(figsize=(8, 0.6 * len(traces) + 1.2), layout="constrained")
     ax = ax if ax is not None else fig.add_subplot()
 
     def bar(rank, kind, a, b):
@@ -62,7 +62,7 @@ def plot_timeline(traces, spans=(), *, ax=None, arrows: bool = True, title: str 
     kinds = sorted({k for _, k, _, _ in spans} | {m.op for t in traces for m in t})
     handles = [plt.Rectangle((0, 0), 1, 1, color=color(k)) for k in kinds]
     if handles:
-        ax.legend(handles, kinds, loc="upper right", fontsize="small", framealpha=0.8)
+        legend_outside(ax, handles=handles, labels=kinds)
     ax.set_yticks(range(len(traces)), [f"rank {r}" for r in range(len(traces))])
     ax.set_ylim(len(traces) - 0.5, -0.5)
     ax.set_xlabel(f"time [{unit}]")

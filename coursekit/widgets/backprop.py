@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from coursekit.nn.activations import HIDDEN_ACTIVATIONS
 from coursekit.nn.experiment import train_digits
+from coursekit.viz import integer_ticks, legend_outside
 from coursekit.widgets.panel import LiveRepr, Panel, png
 
 __all__ = ["BackpropPanel", "LivePlot", "plot_history"]
@@ -36,7 +37,9 @@ def plot_history(history, title: str = "") -> Figure:
     ax_acc.plot(epochs, history.test_accuracy, marker="o", ms=3, label="test")
     ax_acc.axhline(0.95, color="gray", lw=0.8, ls="--")
     ax_acc.set(xlabel="epoch", ylabel="accuracy", ylim=(0, 1.01))
-    ax_acc.legend(loc="lower right")
+    legend_outside(ax_acc)
+    for ax in (ax_loss, ax_acc):
+        integer_ticks(ax)
     if title:
         fig.suptitle(title)
     return fig

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from coursekit.collectives import ALGORITHMS, DEFAULT_ALGORITHM
 from coursekit.collectives.timing import measure
 from coursekit.comm import call_with_comm
-from coursekit.viz import byte_label, color
+from coursekit.viz import byte_label, color, legend_outside
 from coursekit.widgets.panel import Panel, png, size_limit
 
 __all__ = ["CollectivesPanel", "engine_runner", "plot_timing"]
@@ -40,7 +40,7 @@ def plot_timing(result) -> Figure:
     ax_bw.semilogx(n, result.busbw_predicted / 1e9, "-", color=color("predicted"),
                    label="predicted")
     ax_bw.set(xlabel="message size n [bytes]", ylabel="busbw [GB/s]")
-    ax_t.legend(loc="upper left")
+    legend_outside(ax_t)
     fig.suptitle(f"{result.collective} ({result.algorithm}) on {result.p} ranks")
     return fig
 

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from coursekit.parallel.compression import COMPRESSORS, make_compressor
 from coursekit.parallel.compression.experiment import Setup, train
-from coursekit.viz import color
+from coursekit.viz import color, legend_outside
 from coursekit.widgets.panel import Panel, png, size_limit
 
 __all__ = ["CompressionPanel", "VALUES", "plot_runs"]
@@ -51,8 +51,8 @@ def plot_runs(results, alpha: float, beta: float) -> Figure:
     ax_t.set(xlabel="time [s] (solid: measured, dashed: cost model)", ylabel="test accuracy")
     ax_t.plot([], [], "-", color=color("message"), label="measured")
     ax_t.plot([], [], "--", color=color("message"), label="cost model")
-    ax_b.legend(loc="lower right", fontsize=8)
-    ax_t.legend(loc="lower right", fontsize=8)
+    legend_outside(ax_b)
+    legend_outside(ax_t)
     return fig
 
 

@@ -25,7 +25,7 @@ from coursekit.collectives import ALGORITHMS
 from coursekit.parallel.dp_config import EXCHANGES, DPConfig
 from coursekit.parallel.dp_experiments import cluster_runner
 from coursekit.parallel.lr_rules import RULES
-from coursekit.viz import byte_label, color, plot_timeline
+from coursekit.viz import byte_label, color, legend_outside, plot_timeline, series_color
 from coursekit.widgets.panel import LiveRepr, Panel, png, size_limit
 
 __all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_live",
@@ -67,20 +67,21 @@ def plot_exchange_sweep(sweep, fig=None):
     """Exposed communication per step (left) and bytes through the busiest rank (right)."""
     fig = _figure(fig, 10, 3.4)
     ax_t, ax_b = fig.subplots(1, 2)
-    for mode, marker in zip(sweep.comm_per_step, "os^"):
+    for index, (mode, marker) in enumerate(zip(sweep.comm_per_step, "os^")):
+        method = series_color(index)  # one colour per exchange; solid measured, dashed model
         ax_t.plot(sweep.workers, sweep.comm_per_step[mode] * 1e3, marker, ls="-",
-                  color=color("measured"), label=f"{mode} measured")
+                  color=method, label=f"{mode} measured")
         ax_t.plot(sweep.workers, sweep.predicted_comm[mode] * 1e3, marker, ls="--",
-                  color=color("predicted"), mfc="none", label=f"{mode} predicted")
+                  color=method, mfc="none", label=f"{mode} predicted")
         ax_b.plot(sweep.workers, sweep.busiest_bytes[mode] / 1e6, marker, ls="-",
-                  color=color("measured"), label=f"{mode} measured")
+                  color=method, label=f"{mode} measured")
         ax_b.plot(sweep.workers, sweep.predicted_busiest_bytes[mode] / 1e6, marker, ls="--",
-                  color=color("predicted"), mfc="none", label=f"{mode} predicted")
+                  color=method, mfc="none", label=f"{mode} predicted")
     ax_t.set(xlabel="workers N", ylabel="communication per step [ms]")
     ax_b.set(xlabel="workers N", ylabel="busiest rank's traffic [MB / step]")
     ax_t.set_xticks(sweep.workers)
     ax_b.set_xticks(sweep.workers)
-    ax_b.legend(fontsize="small")
+    legend_outside(ax_b)
     fig.tight_layout()
     return fig
 
@@ -94,7 +95,7 @@ def plot_lr_grid(grid, fig=None):
     ax.set(xlabel=f"workers N (global batch = {grid.per_worker_batch} N)",
            ylabel="test accuracy", xscale="log")
     ax.set_xticks(grid.workers, [str(w) for w in grid.workers])
-    ax.legend(fontsize="small")
+    legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -110,7 +111,7 @@ def plot_straggler(sweep, fig=None):
     ax.plot(sweep.factors, sweep.others_compute * 1e3, "^:", color=color("compute"), mfc="none",
             label="others' compute")
     ax.set(xlabel="straggler slow factor [x]", ylabel="time per step [ms]")
-    ax.legend(fontsize="small")
+    legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -125,13 +126,13 @@ def plot_scaling(s, fig=None):
     ax_t.plot(x, s.predicted_step * 1e3, "D", color=color("predicted"), label="predicted step")
     ax_t.set_xticks(x, [str(w) for w in s.workers])
     ax_t.set(xlabel="workers N", ylabel="time per step [ms]")
-    ax_t.legend(fontsize="small")
+    legend_outside(ax_t)
     ax_e.plot(s.workers, s.efficiency, "o-", color=color("measured"), label="measured")
     ax_e.plot(s.workers, s.predicted_efficiency, "D--", color=color("predicted"),
               label="cost model")
     ax_e.set(xlabel="workers N", ylabel="weak-scaling efficiency T1/TN", ylim=(0, 1.1))
     ax_e.set_xticks(s.workers)
-    ax_e.legend(fontsize="small")
+    legend_outside(ax_e)
     fig.tight_layout()
     return fig
 

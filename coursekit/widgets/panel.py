@@ -45,13 +45,16 @@ import ipywidgets as widgets
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from coursekit.viz.check import enforce
 from coursekit.widgets.health import cluster_problem, error_message
 
 __all__ = ["Panel", "RunStopped", "png", "size_limit"]
 
 
 def png(fig: Figure) -> bytes:
-    """The figure as PNG bytes (no pyplot, no display: works in callbacks, threads, headless)."""
+    """The figure as PNG bytes (no pyplot, no display: works in callbacks, threads, headless),
+    after :func:`coursekit.viz.check.enforce` (the figure rules, strict in the test suite)."""
+    enforce(fig)
     buf = io.BytesIO()
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from coursekit.parallel.async_sgd import EngineRuns, follow
 from coursekit.parallel.ps_config import PSConfig
-from coursekit.viz import color, plot_timeline
+from coursekit.viz import color, integer_ticks, legend_outside, plot_timeline
 from coursekit.widgets.panel import Panel, png, size_limit
 
 __all__ = ["ParamServerPanel", "label", "plot_live", "plot_runs", "plot_worker_timeline"]
@@ -45,7 +45,7 @@ def plot_live(data: list[dict], title: str = "") -> Figure:
             ax.plot(d["t"], d["accuracy"], ".-", ms=3, label=f"worker {d['worker']}")
     ax.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1), title=title)
     if ax.lines:
-        ax.legend(loc="lower right", fontsize="small")
+        legend_outside(ax)
     return fig
 
 
@@ -63,12 +63,13 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
         ax_u.plot(applied, acc, ".-", ms=3, label=label(r.config))
     ax_t.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1))
     ax_u.set(xlabel="mini-batch gradients applied", ylabel="test accuracy", ylim=(0, 1))
-    ax_t.legend(loc="lower right", fontsize="small")
+    legend_outside(ax_t)
     last = results[-1]
     stale = last.staleness
     ax_s.bar(*np.unique(stale, return_counts=True), color=color("predicted"))
     ax_s.set(xlabel="staleness [versions]", ylabel="applied gradients",
              title=f"staleness, {label(last.config)}")
+    integer_ticks(ax_s, "xy")
     workers = [w for w in last.workers if w is not None]
     x = np.array([w.worker for w in workers])
     bottom = np.zeros(len(workers))
@@ -80,7 +81,7 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
         ax_w.annotate(f"lost at {d['t']:.1f} s", (d["worker"], 0), ha="center", va="bottom")
     ax_w.set(xlabel="worker", ylabel="time [s]", xticks=range(last.config.n_workers),
              title="where each worker's time went")
-    ax_w.legend(loc="upper right", fontsize="small")
+    legend_outside(ax_w)
     return fig
 
 

@@ -1,0 +1,208 @@
+"""The course's figure rules, checked on the drawn figure: what fits a laptop screen and reads well.
+
+JupyterLab on a 1366 x 768 laptop shows about 1,000 pixels of notebook width, and
+matplotlib draws 100 pixels per inch, so a figure is at most :data:`MAX_WIDTH_IN` wide and
+:data:`MAX_HEIGHT_IN` high. Beyond that the browser shrinks it and its text with it.
+:func:`figure_problems` lists every broken rule of a figure (empty: it is fine):
+
+* size: width <= 10 in, height <= 7.5 in;
+* fonts: every text between 7 and 13 pt (one vocabulary: 10 pt body, smaller legends);
+* legends: no data point (line vertex, marker, top of a bar) under a legend;
+* colours: two labelled series in one axes never share a colour;
+* counts: an axis that counts (workers, ranks, stages, epochs, staleness ...) has integer ticks;
+* ticks: no two tick labels of one axis overlap.
+
+:func:`show` checks the current figure, then shows it: chapters call it instead of
+``plt.show()``; panels check every picture they draw (:func:`enforce`). A broken rule raises
+only in strict mode (``COURSEKIT_STRICT_FIGURES=1``, set by the test suite, so nbval and the
+widget tests fail on it); a student's run is never stopped by a figure's looks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+__all__ = ["FigureStyleError", "MAX_HEIGHT_IN", "MAX_WIDTH_IN", "enforce", "figure_problems", "show", "strict"]
+
+MAX_WIDTH_IN, MAX_HEIGHT_IN = 10.0, 7.5
+FONT_PT = (7.0, 13.0)
+COUNT_AXIS = re.compile(
+    r"^(number of |# ?)?(workers?|ranks?|stages?|epochs?|staleness|gpus?|servers?|micro-?batch(es)?|nodes?|engines?)\b",
+    re.IGNORECASE,
+)
+
+
+class FigureStyleError(ValueError):
+    """A figure that breaks the course's figure rules; the message lists every problem."""
+
+
+def figure_problems(fig: Figure) -> list[str]:
+    """Every rule ``fig`` breaks, one readable line each (draws the figure to measure it)."""
+    if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = _size_problems(fig) + _font_problems(fig)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        name = _name(ax)
+        problems += [f"{name}: {p}" for p in _legend_problems(ax, renderer)]
+        problems += [f"{name}: {p}" for p in _colour_problems(ax)]
+        problems += [f"{name}: {p}" for p in _count_axis_problems(ax)]
+        problems += [f"{name}: {p}" for p in _tick_overlap_problems(ax, renderer)]
+    return problems
+
+
+def strict() -> bool:
+    """Whether broken figure rules raise (``COURSEKIT_STRICT_FIGURES=1``: the test suite)."""
+    return os.environ.get("COURSEKIT_STRICT_FIGURES") == "1"
+
+
+def enforce(fig: Figure) -> None:
+    """In strict mode, raise FigureStyleError listing every rule ``fig`` breaks."""
+    if not strict():
+        return
+    problems = figure_problems(fig)
+    if problems:
+        raise FigureStyleError("this figure breaks the course's figure rules:\n  " + "\n  ".join(problems))
+
+
+def show() -> None:
+    """:func:`enforce` the rules on every open pyplot figure, then show them as ``plt.show()``
+    does (a figure that breaks a rule is closed, not left for the next cell)."""
+    import matplotlib.pyplot as plt
+
+    for number in plt.get_fignums():
+        fig = plt.figure(number)
+        try:
+            enforce(fig)
+        except FigureStyleError:
+            plt.close("all")
+            raise
+    plt.show()
+
+
+def _name(ax: Axes) -> str:
+    title = ax.get_title() or ax.get_ylabel() or "untitled"
+    return f"axes {title!r}"
+
+
+def _size_problems(fig: Figure) -> list[str]:
+    width, height = fig.get_size_inches()
+    if width <= MAX_WIDTH_IN + 1e-9 and height <= MAX_HEIGHT_IN + 1e-9:
+        return []
+    return [f"figure is {width:g} x {height:g} in; at most {MAX_WIDTH_IN:g} x {MAX_HEIGHT_IN:g} in fits a laptop screen"]
+
+
+def _font_problems(fig: Figure) -> list[str]:
+    low, high = FONT_PT
+    by_size: dict[float, list[str]] = {}
+    for text in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text")):
+        if text.get_visible() and text.get_text().strip() and not low <= text.get_fontsize() <= high:
+            by_size.setdefault(text.get_fontsize(), []).append(text.get_text()[:30])
+    return [f"{len(texts)} texts are {size:g} pt (e.g. {texts[0]!r}); allowed {low:g}-{high:g} pt"
+            for size, texts in sorted(by_size.items())]
+
+
+def _data_points(ax: Axes) -> np.ndarray:
+    """Display coordinates of the axes' data: line vertices, scatter offsets, bar tops."""
+    points = [line.get_transform().transform(np.column_stack(line.get_data()).astype(float))
+              for line in ax.get_lines() if line.get_visible() and len(line.get_xdata())]
+    for coll in ax.collections:
+        offsets = np.asarray(coll.get_offsets(), float)
+        if coll.get_visible() and offsets.size:
+            points.append(coll.get_offset_transform().transform(offsets))
+    bars = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_visible() and p.get_height()]
+    if bars:
+        tops = np.array([(b.get_x() + b.get_width() / 2, b.get_y() + b.get_height()) for b in bars], float)
+        points.append(ax.transData.transform(tops))
+    if not points:
+        return np.empty((0, 2))
+    xy = np.concatenate(points)
+    return xy[np.isfinite(xy).all(axis=1)]
+
+
+def _legend_problems(ax: Axes, renderer) -> list[str]:
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return []
+    box = legend.get_window_extent(renderer)
+    xy = _data_points(ax)
+    inside = (xy[:, 0] > box.x0) & (xy[:, 0] < box.x1) & (xy[:, 1] > box.y0) & (xy[:, 1] < box.y1)
+    if inside.any():
+        return [f"the legend covers {int(inside.sum())} data points; put it outside the data"]
+    return []
+
+
+def _colour_problems(ax: Axes) -> list[str]:
+    seen: dict[tuple, str] = {}
+    out = []
+    for artist in list(ax.get_lines()) + list(ax.collections):
+        label = artist.get_label()
+        if not label or label.startswith("_"):
+            continue
+        rgba = _colour_of(artist)
+        if rgba is None:
+            continue
+        # same colour, line style and marker: the reader cannot tell the two apart
+        look = (rgba, _style_of(artist))
+        if look in seen and seen[look] != label:
+            out.append(f"{seen[look]!r} and {label!r} share one colour (and line style)")
+        seen.setdefault(look, label)
+    return out
+
+
+def _style_of(artist) -> tuple:
+    if hasattr(artist, "get_linestyle") and hasattr(artist, "get_marker"):
+        return artist.get_linestyle(), artist.get_marker()
+    return ()
+
+
+def _colour_of(artist) -> tuple | None:
+    if hasattr(artist, "get_color") and not hasattr(artist, "get_facecolor"):
+        return tuple(np.round(to_rgba(artist.get_color()), 3))
+    colours = np.asarray(artist.get_facecolor())
+    if colours.size == 0:
+        return None
+    return tuple(np.round(colours.reshape(-1, 4)[0], 3))
+
+
+def _count_axis_problems(ax: Axes) -> list[str]:
+    out = []
+    for which, axis, limits in (("x", ax.xaxis, ax.get_xlim()), ("y", ax.yaxis, ax.get_ylim())):
+        label = axis.get_label().get_text().strip()
+        if not COUNT_AXIS.match(label) or axis.get_scale() != "linear":
+            continue
+        lo, hi = sorted(limits)
+        ticks = [t for t in axis.get_ticklocs() if lo - 1e-9 <= t <= hi + 1e-9]
+        fractional = [float(t) for t in ticks if abs(t - round(t)) > 1e-9]
+        if fractional:
+            out.append(f"{which} axis {label!r} counts, but has fractional ticks {fractional[:3]}")
+    return out
+
+
+def _tick_overlap_problems(ax: Axes, renderer) -> list[str]:
+    frame = ax.get_window_extent(renderer)
+    out = []
+    for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        boxes = []
+        for label in axis.get_ticklabels(which="both"):
+            box = label.get_window_extent(renderer)
+            centre = (box.x0 + box.x1) / 2 if which == "x" else (box.y0 + box.y1) / 2
+            lo, hi = (frame.x0, frame.x1) if which == "x" else (frame.y0, frame.y1)
+            if label.get_visible() and label.get_text().strip() and lo - 1 <= centre <= hi + 1:
+                boxes.append((box, label.get_text()))
+        for i, (a, text_a) in enumerate(boxes):
+            for b, text_b in boxes[i + 1:]:
+                if a.overlaps(b) and a.width > 0 and b.width > 0:
+                    out.append(f"{which} tick labels {text_a!r} and {text_b!r} overlap")
+    return out
