@@ -94,8 +94,11 @@ def test_grad_out_buffer_is_reused():
     out = np.full_like(mlp.params, np.nan)
     _, g = mlp.loss_and_grad(X, y, out=out)
     assert g is out and np.isfinite(out).all()
-    with pytest.raises(ValueError, match="out must be a float32 array of shape"):
+    with pytest.raises(ValueError, match="out must be a C-contiguous float32 array of shape"):
         mlp.loss_and_grad(X, y, out=np.empty(3, np.float32))
+    strided = np.empty(2 * mlp.n_params, np.float32)[::2]
+    with pytest.raises(ValueError, match="got a strided float32"):
+        mlp.loss_and_grad(X, y, out=strided)
 
 
 @pytest.mark.parametrize("activation", ["relu", "sigmoid", "tanh", "identity"])

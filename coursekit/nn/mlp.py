@@ -300,10 +300,11 @@ class MLP:
             X, y = self.check_batch(X, y)
         if out is None:
             out = np.empty_like(self._params)
-        elif validate and (out.shape != self._params.shape or out.dtype != self.dtype):
+        elif validate and (out.shape != self._params.shape or out.dtype != self.dtype
+                           or not out.flags.c_contiguous):
             raise ValueError(
-                f"out must be a {self.dtype.name} array of shape {self._params.shape}; "
-                f"got {out.dtype.name} {out.shape}"
+                f"out must be a C-contiguous {self.dtype.name} array of shape {self._params.shape}; "
+                f"got {'' if out.flags.c_contiguous else 'a strided '}{out.dtype.name} {out.shape}"
             )
         b = self._backend
         kernel = b.loss_and_grad_xent if self.loss == "softmax_xent" else b.loss_and_grad_mse

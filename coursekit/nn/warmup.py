@@ -24,7 +24,7 @@ __all__ = ["WarmUp", "warm_up"]
 NOTICE = ("Preparing coursekit's Numba kernels: compiled for this machine the first time "
           "(10-30 s on a laptop), loaded from the cache afterwards ...")
 # the entry points a training step calls; their own callees are compiled with them
-ENTRY_POINTS = ("loss_and_grad_xent", "forward", "sgd_update")
+ENTRY_POINTS = ("loss_and_grad_xent", "forward", "sgd_update", "all_finite", "labels_in_range")
 
 
 @dataclass(frozen=True)
