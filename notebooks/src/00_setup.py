@@ -80,14 +80,16 @@ print(f"bandwidth         bw ~ {bandwidth / 1e6:.0f} MB/s")
 # %%
 import matplotlib.pyplot as plt
 
+from coursekit.viz import legend_outside, show
+
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.loglog(trips.nbytes, trips.best * 1e3, "o", label="measured (best of 5)")
 ax.loglog(trips.nbytes, (2 * latency + 2 * trips.nbytes / bandwidth) * 1e3, "-", label="fit $2l + 2n/bw$")
 ax.set_xlabel("message size n [bytes]")
 ax.set_ylabel("round trip [ms]")
 ax.set_title("Notebook → engine 0 → notebook")
-ax.legend()
-plt.show()
+legend_outside(ax)
+show()
 
 # %% [markdown]
 # Small messages cost the latency (milliseconds: every call passes through the

@@ -14,10 +14,8 @@
 # slowest worker. This chapter runs all of it on the engines with the MLP of chapter 1.
 
 # %%
-import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -27,6 +25,7 @@ from coursekit.comm import setup_comm
 from coursekit.data import load_digits
 from coursekit.parallel import dp_experiments as ex
 from coursekit.parallel.data_parallel import DPConfig, train_cluster, train_local
+from coursekit.viz import show
 from coursekit.widgets import data_parallel as dpw
 
 c = cluster.start(n=4)
@@ -43,9 +42,10 @@ c.size
 
 # %%
 from coursekit.datafile import pack, write_samples
+from coursekit.scratch import scratch_dir
 
 digits = load_digits(dtype=np.float64)
-workdir = Path(tempfile.mkdtemp(prefix="coursekit-ch03-"))
+workdir = scratch_dir("coursekit-ch03-")  # removed when this kernel ends
 packed = pack(digits.X_train, digits.y_train, workdir / "digits.pack")
 per_sample = write_samples(digits.X_train, digits.y_train, workdir / "samples")
 len(packed), len(list((workdir / "samples").glob("*.npy")))
@@ -131,7 +131,7 @@ big = DPConfig(sizes=(64, 256, 256, 10), batch_size=32, epochs=1, max_steps=30, 
 on_engines = ex.cluster_runner(c, packed)
 sweep = ex.sweep_exchange(on_engines, big, [1, 2, 3, 4], link.alpha, link.beta, gamma)
 dpw.plot_exchange_sweep(sweep)
-plt.show()
+show()
 
 # %% [markdown]
 # The bytes are counted from the engines' traces; they match the cost model's
@@ -158,7 +158,7 @@ on_threads = ex.local_runner((digits.X_train, digits.y_train), (digits.X_test, d
 grid = ex.lr_rule_grid(on_threads, grid_cfg, [1, 2, 4, 8, 16],
                        ("constant", "sqrt", "linear", "linear_warmup"), per_worker_batch=16)
 dpw.plot_lr_grid(grid)
-plt.show()
+show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -184,7 +184,7 @@ for rule, acc in zip(grid.rules, grid.accuracy):
 wide = replace(big, sizes=(64, 1024, 1024, 10), batch_size=128, epochs=10, max_steps=20)
 strag = ex.straggler_sweep(on_engines, wide, 4, [1, 2, 4, 6])
 dpw.plot_straggler(strag)
-plt.show()
+show()
 # what the text says, on these measurements
 grew = strag.time_per_step[-1] - strag.time_per_step[0]
 slowed = strag.straggler_compute[-1] - strag.straggler_compute[0]
@@ -211,7 +211,7 @@ for ax, (title, bucket, overlap) in zip(axes, [("one piece", None, False),
     res = on_engines(replace(overlap_cfg, bucket_mb=bucket, overlap=overlap), 2)
     dpw.plot_timeline_of(res, ax=ax, title=f"{title}: {res.time_per_step * 1e3:.1f} ms/step")
 fig.tight_layout()
-plt.show()
+show()
 
 # %% [markdown]
 # ## 8. Scaling: 1, 2, 4 engines against the cost model
@@ -223,7 +223,7 @@ plt.show()
 # %%
 sc = ex.scaling(on_engines, replace(big, max_steps=40), [1, 2, 4], link.alpha, link.beta, gamma)
 dpw.plot_scaling(sc)
-plt.show()
+show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT

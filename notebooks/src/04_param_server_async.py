@@ -33,6 +33,7 @@ from coursekit import cluster
 from coursekit.comm import setup_comm
 from coursekit.data import load_digits
 from coursekit.parallel.async_sgd import PSConfig, train_local, train_on_cluster
+from coursekit.viz import integer_ticks, show
 
 c = cluster.start(n=4)
 setup_comm(c)
@@ -78,7 +79,7 @@ ssp_j = train_on_cluster(c, PSConfig(model="ssp", staleness=3, **jittery))
 for r in (bsp_j, ssp_j):
     plot_worker_timeline(r, title=f"{r.config.model.upper()}: {r.wall_s:.2f} s, "
                          f"idle {np.nanmean(r.idle_s) / r.wall_s:.0%} of the time")
-plt.show()
+show()
 
 # %% [markdown]
 # The price of SSP is staleness: a gradient can be applied up to `s` versions after the
@@ -91,8 +92,9 @@ for ax, r, name in zip(axes, (bsp_j, ssp_j, asp_j), ("BSP", "SSP s=3", "ASP")):
     values, counts = np.unique(r.staleness, return_counts=True)
     ax.bar(values, counts)
     ax.set(title=name, xlabel="staleness (versions)")
+    integer_ticks(ax, "xy")
 axes[0].set_ylabel("applied gradients")
-plt.show()
+show()
 
 # %%
 [int(r.staleness.max()) <= bound for r, bound in ((bsp_j, 0), (ssp_j, 3))]
@@ -141,7 +143,7 @@ int(first.max()), downpour.applied
 # %%
 # NBVAL_IGNORE_OUTPUT
 plot_runs([bsp, downpour], fig=plt.figure(figsize=(10, 6), layout="constrained"))
-plt.show()
+show()
 
 # %% [markdown]
 # ## 5. A worker dies
@@ -157,9 +159,9 @@ plt.show()
 # The server also **checkpoints** its state every 50 updates.
 
 # %%
-import tempfile
+from coursekit.scratch import scratch_dir
 
-ckpt = tempfile.mkdtemp(prefix="coursekit-ps-")
+ckpt = str(scratch_dir("coursekit-ch04-"))  # the checkpoints; removed when this kernel ends
 faulty = PSConfig(model="asp", n_workers=3, steps=150, crash={1: 60}, worker_timeout=1.0,
                   jitter=0.001, checkpoint_every=50, checkpoint_dir=ckpt)
 crashed = train_on_cluster(c, faulty)

@@ -35,6 +35,7 @@ from coursekit.comm.cluster_setup import setup_comm
 from coursekit.data import load_digits
 from coursekit.nn import MLP
 from coursekit.parallel.pipeline import gather, schedule, simulate
+from coursekit.viz import show
 from coursekit.viz.pipeline import plot_schedule
 
 c = cluster.start(n=2)
@@ -191,7 +192,7 @@ P = 4  # ranks in the simulations
 naive = simulate(schedule("gpipe", P, 1), t_f=1.0, t_b=2.0)
 print(f"idle fraction {naive.bubble_fraction:.2f} = (P-1)/P = {(P - 1) / P:.2f}")
 plot_schedule(naive.timeline, title="layer split: one batch, one busy rank at a time")
-plt.show()
+show()
 
 # %% [markdown]
 # ## 3. Pipelines: micro-batches keep the stages busy
@@ -234,11 +235,11 @@ for name in formula:
     print(f"{label:22}{r.bubble_fraction:8.3f}{formula[name]:9.3f}{r.total_time:6g}   {r.peak_activations.tolist()}")
 
 # %%
-fig, axes = plt.subplots(4, 1, figsize=(10, 9), sharex=True)
+fig, axes = plt.subplots(4, 1, figsize=(10, 7.5), sharex=True)
 for ax, (name, r) in zip(axes, sims.items()):
     plot_schedule(r.timeline, ax=ax, title=f"{name}: bubble {r.bubble_fraction:.1%}")
 axes[0].set_xlim(0, max(r.total_time for r in sims.values()))  # the axes share x: fit the longest
-plt.show()
+show()
 
 # %% [markdown]
 # Read the pictures: in GPipe rank 0 holds all 8 micro-batches' activations before its first
@@ -320,7 +321,7 @@ import warnings
 
 warnings.filterwarnings("ignore", message="Tight layout not applied")  # legends beside both columns
 measured = {}
-fig, axes = plt.subplots(len(NAMES), 2, figsize=(13, 8), sharex=True)
+fig, axes = plt.subplots(len(NAMES), 2, figsize=(10, 7.5), sharex=True)
 for row, name in zip(axes, NAMES):
     sched = schedule(name, p, m)
     run = best_of(sched)
@@ -334,7 +335,7 @@ for row, name in zip(axes, NAMES):
 for ax in axes.ravel():
     ax.set_xlim(0, max(max(v[0], v[2]) for v in measured.values()))
 fig.tight_layout()
-plt.show()
+show()
 for name, (total, bubble, sim_total, sim_bubble) in measured.items():
     print(f"{name:6} measured {total:6.1f} ms, idle {bubble:4.0%}   simulated {sim_total:6.1f} ms, idle {sim_bubble:4.0%}")
 
@@ -450,7 +451,7 @@ ax.barh(list(seconds), [N / s for s in seconds.values()], color="C0")
 ax.invert_yaxis()
 ax.set(xlabel="images per second", title=f"one training step on {p} engines (2 CPU cores)")
 fig.tight_layout()
-plt.show()
+show()
 
 # %% [markdown]
 # The lecture's summary, which our numbers illustrate:

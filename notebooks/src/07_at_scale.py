@@ -29,6 +29,7 @@ import numpy as np
 
 from coursekit.sim import allreduce_time, resnet50
 from coursekit.sim.step import scaling, simulate_step
+from coursekit.viz import integer_ticks, legend_outside, show
 from coursekit.widgets.at_scale import draw_step
 
 # %% [markdown]
@@ -146,9 +147,9 @@ ax.set_xticks(curves[name]["gpus"], [str(g) for g in curves[name]["gpus"]])
 ax.minorticks_off()
 ax.set(xlabel="GPUs (8 per node)", ylabel="scaling efficiency [%]", ylim=(0, 105),
        title="ResNet-50, 64 images per GPU (simulated, assumed network)")
-ax.legend(fontsize=8, loc="lower left")
+legend_outside(ax)
 ax.grid(alpha=0.3)
-plt.show()
+show()
 
 # %% [markdown]
 # What each step buys:
@@ -268,7 +269,7 @@ for ax, (nodes, batch) in zip(axes, [(128, 64), (256, 32)]):
 axes[0].set_xlabel("")
 fig.suptitle(f"fitted network: {bw4 / 1e9:.2f} GB/s between nodes, 4 MB fusion, FP16 gradients")
 fig.tight_layout()
-plt.show()
+show()
 
 # %% [markdown]
 # ## 6. Try it: the at-scale panel
@@ -427,9 +428,11 @@ for name, h in histories.items():
     axes[1].semilogy(epochs, np.clip(h.train_loss, 1e-3, 1e6), "o-", ms=3, label=name)
 axes[0].set(xlabel="epoch", ylabel="test accuracy [%]", ylim=(0, 100))
 axes[1].set(xlabel="epoch", ylabel="training loss (clipped at 1e6)")
-axes[0].legend(fontsize=8, loc="lower right")
+for ax in axes:
+    integer_ticks(ax)
+legend_outside(axes[0])
 fig.tight_layout()
-plt.show()
+show()
 
 # %% [markdown]
 # At batch 1024 an epoch is only two steps. Keeping the small-batch rate, the large batch

@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from coursekit.grading.ch04 import check_ssp_gate
+from coursekit.viz import integer_ticks, show
 
 
 def ssp_gate(clock, clocks, staleness):
@@ -62,5 +63,6 @@ for ax, s in zip(axes, bounds):
     values, counts = np.unique(result.staleness, return_counts=True)
     ax.bar(values, counts)
     ax.set(title=f"s = {s}: max staleness {result.staleness.max()}", xlabel="staleness")
+    integer_ticks(ax, "xy")
 axes[0].set_ylabel("applied gradients")
-plt.show()
+show()

@@ -18,6 +18,7 @@ import numpy as np
 
 from coursekit.grading.ch05 import check_one_f_one_b
 from coursekit.parallel.pipeline import B, F, Schedule, simulate
+from coursekit.viz import legend_outside, show
 from coursekit.viz.pipeline import plot_schedule
 
 
@@ -93,7 +94,7 @@ for name, r in (("GPipe", theirs), ("your 1F1B", mine)):
 fig, axes = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
 plot_schedule(theirs.timeline, ax=axes[0], title="GPipe")
 plot_schedule(mine.timeline, ax=axes[1], title="your 1F1B")
-plt.show()
+show()
 
 # %% [markdown]
 # ## More micro-batches
@@ -119,9 +120,12 @@ ax1.set(xscale="log", xlabel="micro-batches m", ylabel="bubble fraction", title=
 ax2.plot(ms, [r[3] for r in rows], "o-", label="GPipe")
 ax2.plot(ms, [r[4] for r in rows], "x--", label="your 1F1B")
 ax2.set(xscale="log", xlabel="micro-batches m", ylabel="peak activations (micro-batches)")
-ax2.legend()
+for ax in (ax1, ax2):
+    ax.set_xticks(ms, [str(m) for m in ms])  # one plain label per m, no minor log labels
+    ax.minorticks_off()
+legend_outside(ax2)
 fig.tight_layout()
-plt.show()
+show()
 
 # %% [markdown]
 # ## It trains the same model
