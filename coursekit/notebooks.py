@@ -41,6 +41,9 @@ CELL_TIMEOUT_S = 300
 # tqdm's text form ("steps: 0it [00:00, ?it/s]", " 40%|####  | 4/10"): what a progress bar
 # left in a stored notebook shows before it runs; bars are transient, never stored
 PROGRESS_BAR = re.compile(r"\d+it \[\d\d:\d\d|\d+%\|")
+# ipywidgets' own repr ("VBox(children=(HBox(...", "IntSlider(value=3"): what a widget with
+# no readable fallback shows before its notebook runs; never in a stored or shown output
+RAW_WIDGET_REPR = re.compile(r"^\w+\((children|value)=", re.MULTILINE)
 # nbval's comment markers become cell tags (nbval reads both), so the first line a student
 # reads in a cell is code, not "# NBVAL_IGNORE_OUTPUT"
 NBVAL_MARKER = re.compile(r"^# (?P<marker>NBVAL_(?:IGNORE_OUTPUT|CHECK_OUTPUT|RAISES_EXCEPTION|SKIP))\s*$")

@@ -27,6 +27,8 @@ def test_panel_chunks_and_zero_bubble():
 
 def test_panel_reports_impossible_settings():
     panel = PipelinePanel("1f1b", stages=4, microbatches=8)
+    assert bytes(panel.plot.value)[:4] == b"\x89PNG"
     panel.microbatches.value = 2
     assert panel.result is None
+    assert bytes(panel.plot.value) == b""  # no picture of the previous setting under the error
     assert panel.status.value.startswith("error:") and "microbatches >= stages" in panel.status.value

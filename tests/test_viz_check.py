@@ -9,7 +9,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from coursekit.viz import FigureStyleError, figure_problems, integer_ticks, legend_outside, show  # noqa: E402
+from coursekit.viz import (FigureStyleError, figure_problems, integer_ticks, legend_outside,  # noqa: E402
+                          readable_log_ticks, show)
 from coursekit.viz.check import enforce  # noqa: E402
 from coursekit.widgets.panel import png  # noqa: E402
 
@@ -101,3 +102,15 @@ def test_show_checks_every_open_pyplot_figure(monkeypatch):
     plt.figure(figsize=(4, 3))
     show()
     plt.close("all")
+
+
+@pytest.mark.parametrize("low, high", [(3e5, 3.2e5), (2.1e5, 3.1e5), (2e5, 7e5), (1e3, 1e9)])
+def test_readable_log_ticks_never_collide(low, high):
+    fig = Figure(figsize=(4.5, 3), layout="constrained")
+    ax = fig.subplots()
+    ax.semilogx([low, high], [0, 1])
+    if high / low < 1.1:  # a tenth of a decade: matplotlib's own minor labels collide here
+        assert any("tick labels" in p and "overlap" in p for p in figure_problems(fig))
+    readable_log_ticks(ax)
+    assert figure_problems(fig) == []
+    assert all("times" not in t.get_text() for t in ax.get_xticklabels())  # "200k", not 2 x 10^5

@@ -75,3 +75,25 @@ def integer_ticks(ax, which: str = "x") -> None:
 
     for name in which:
         getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def readable_log_ticks(ax, which: str = "x") -> None:
+    """Log-axis labels that never collide: short labels ("200k", "5M") at 1, 2 and 5 times
+    each power of ten when the axis spans at most two decades, at powers of ten beyond;
+    minor ticks unlabelled (matplotlib labels them in ``a x 10^b`` form when the axis spans
+    less than a decade, and they overlap). Call it after plotting: it reads the limits."""
+    import math
+
+    from matplotlib.ticker import EngFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    for name in which:
+        axis = getattr(ax, f"{name}axis")
+        low, high = sorted(getattr(ax, f"get_{name}lim")())
+        decades = math.log10(high / low) if low > 0 else math.inf
+        subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0,)
+        inside = [m * 10**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+                  for m in subs if low <= m * 10**k <= high] if low > 0 else [low, high]
+        # a narrow axis (less than 1-2-5 apart) gets a few evenly spaced ticks instead
+        axis.set_major_locator(LogLocator(base=10, subs=subs) if len(inside) >= 2 else MaxNLocator(nbins=3))
+        axis.set_major_formatter(EngFormatter(sep=""))
+        axis.set_minor_formatter(NullFormatter())

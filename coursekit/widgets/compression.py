@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from coursekit.parallel.compression import COMPRESSORS, make_compressor
 from coursekit.parallel.compression.experiment import Setup, train
-from coursekit.viz import color, legend_outside
+from coursekit.viz import color, legend_outside, readable_log_ticks, series_color
 from coursekit.widgets.panel import Panel, png, size_limit
 
 __all__ = ["CompressionPanel", "VALUES", "plot_runs"]
@@ -40,7 +40,7 @@ def plot_runs(results, alpha: float, beta: float) -> Figure:
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax_b, ax_t = fig.subplots(1, 2)
     for i, r in enumerate(results):
-        c = f"C{i % 10}"
+        c = series_color(i)
         ax_b.semilogx(r.wire_bytes, r.test_accuracy, "o-", ms=3, color=c,
                       label=f"{r.setup.label}, p={r.p}")
         compute = r.seconds - r.exchange_seconds
@@ -48,6 +48,7 @@ def plot_runs(results, alpha: float, beta: float) -> Figure:
         ax_t.plot(compute + r.predicted_exchange_seconds(alpha, beta), r.test_accuracy, "--",
                   color=c)
     ax_b.set(xlabel="sent per worker [bytes]", ylabel="test accuracy")
+    readable_log_ticks(ax_b)
     ax_t.set(xlabel="time [s] (solid: measured, dashed: cost model)", ylabel="test accuracy")
     ax_t.plot([], [], "-", color=color("message"), label="measured")
     ax_t.plot([], [], "--", color=color("message"), label="cost model")

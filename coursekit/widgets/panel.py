@@ -243,6 +243,8 @@ class Panel(LiveRepr, widgets.VBox):
                 self._cluster_gone(problem)
             else:
                 self.say(f"error: {error_message(err, self.cluster)}")
+            if not self._keep_runs:  # the old picture would show a setting the error refused
+                self.plot.value = b""
             if isinstance(err, (KeyboardInterrupt, SystemExit)):
                 raise
         finally:

@@ -52,10 +52,10 @@ def plot_live(data: list[dict], title: str = "") -> Figure:
 def plot_runs(results: list, fig: Figure | None = None) -> Figure:
     """Accuracy vs time and vs gradients applied (all runs); staleness and worker time (last).
 
-    Draws into ``fig`` when given (e.g. ``plt.figure(figsize=(10, 6), layout="constrained")``
+    Draws into ``fig`` when given (e.g. ``plt.figure(figsize=(10, 5), layout="constrained")``
     in a notebook), else into a new headless Figure.
     """
-    fig = fig or Figure(figsize=(10, 6), layout="constrained")
+    fig = fig or Figure(figsize=(10, 5), layout="constrained")
     (ax_t, ax_u), (ax_s, ax_w) = fig.subplots(2, 2)
     for r in results:
         t, applied, acc = r.curve()
@@ -159,4 +159,5 @@ class ParamServerPanel(Panel):
     def show(self, result) -> None:
         self.say(f"{label(result.config)}: {result.applied} gradients in {result.wall_s:.2f} s, "
                  f"max staleness {result.staleness.max(initial=0)}")
+        self.live.value = b""  # the comparison below has every run's curves: keep it in view
         self.plot.value = png(plot_runs(self.results))

@@ -142,7 +142,7 @@ int(first.max()), downpour.applied
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-plot_runs([bsp, downpour], fig=plt.figure(figsize=(10, 6), layout="constrained"))
+plot_runs([bsp, downpour], fig=plt.figure(figsize=(10, 5), layout="constrained"))
 show()
 
 # %% [markdown]
