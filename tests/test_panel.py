@@ -163,7 +163,7 @@ def test_auto_panels_run_on_every_change():
 def test_png_renders_a_figure_without_pyplot():
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(2, 1))
+    fig = Figure(figsize=(3, 2), layout="constrained")  # a plain Figure would cut its tick labels off
     fig.subplots().plot([0, 1], [1, 0])
     assert png(fig)[:8] == PNG
 
@@ -332,3 +332,16 @@ def test_size_limits_come_from_the_cluster_or_are_checked():
     with pytest.raises(ValueError, match="give start= .* or cluster="):
         from coursekit.widgets.param_server import ParamServerPanel
         ParamServerPanel()
+
+
+def test_an_empty_plot_is_hidden_not_shown_broken():
+    import ipywidgets as widgets
+
+    from coursekit.widgets.panel import hide_when_empty
+
+    image = hide_when_empty(widgets.Image(format="png"))
+    assert image.layout.display == "none"
+    image.value = b"\x89PNG fake"
+    assert image.layout.display is None
+    image.value = b""
+    assert image.layout.display == "none"

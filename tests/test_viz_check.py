@@ -114,3 +114,11 @@ def test_readable_log_ticks_never_collide(low, high):
     readable_log_ticks(ax)
     assert figure_problems(fig) == []
     assert all("times" not in t.get_text() for t in ax.get_xticklabels())  # "200k", not 2 x 10^5
+
+
+def test_text_beyond_a_panel_pictures_edge_is_cut_off():
+    fig, ax = good_figure()
+    ax.set_title("a title far too long for its axes " * 4)  # constrained layout cannot help
+    cut = figure_problems(fig, cropped_to_content=False)
+    assert any("is cut off at the figure's edge" in p for p in cut)
+    assert not any("cut off" in p for p in figure_problems(fig))  # inline figures are cropped to content

@@ -44,13 +44,20 @@ class FigureStyleError(ValueError):
     """A figure that breaks the course's figure rules; the message lists every problem."""
 
 
-def figure_problems(fig: Figure) -> list[str]:
-    """Every rule ``fig`` breaks, one readable line each (draws the figure to measure it)."""
+def figure_problems(fig: Figure, *, cropped_to_content: bool = True) -> list[str]:
+    """Every rule ``fig`` breaks, one readable line each (draws the figure to measure it).
+
+    ``cropped_to_content=False``: the picture is the figure's own box (a panel's PNG), so
+    text beyond its edge is cut off and counts as a problem; notebooks' inline figures are
+    saved cropped to their content (``bbox_inches="tight"``), where it does not.
+    """
     if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
         FigureCanvasAgg(fig)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     problems = _size_problems(fig) + _font_problems(fig)
+    if not cropped_to_content:
+        problems += _cut_off_problems(fig, renderer)
     for ax in fig.axes:
         if not ax.get_visible():
             continue
@@ -67,11 +74,11 @@ def strict() -> bool:
     return os.environ.get("COURSEKIT_STRICT_FIGURES") == "1"
 
 
-def enforce(fig: Figure) -> None:
+def enforce(fig: Figure, *, cropped_to_content: bool = True) -> None:
     """In strict mode, raise FigureStyleError listing every rule ``fig`` breaks."""
     if not strict():
         return
-    problems = figure_problems(fig)
+    problems = figure_problems(fig, cropped_to_content=cropped_to_content)
     if problems:
         raise FigureStyleError("this figure breaks the course's figure rules:\n  " + "\n  ".join(problems))
 
@@ -103,14 +110,40 @@ def _size_problems(fig: Figure) -> list[str]:
     return [f"figure is {width:g} x {height:g} in; at most {MAX_WIDTH_IN:g} x {MAX_HEIGHT_IN:g} in fits a laptop screen"]
 
 
+def _drawn_texts(fig: Figure) -> list:
+    """Every visible, non-empty text matplotlib draws: tick labels only of ticks in view
+    (an axis keeps labels for ticks beyond its limits, which are never drawn)."""
+    tick_labels, in_view = set(), set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                for label in (tick.label1, tick.label2):
+                    tick_labels.add(id(label))
+                    if low - 1e-9 * abs(high - low) <= tick.get_loc() <= high + 1e-9 * abs(high - low):
+                        in_view.add(id(label))
+    return [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+            if t.get_visible() and t.get_text().strip() and (id(t) not in tick_labels or id(t) in in_view)]
+
+
 def _font_problems(fig: Figure) -> list[str]:
     low, high = FONT_PT
     by_size: dict[float, list[str]] = {}
-    for text in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text")):
-        if text.get_visible() and text.get_text().strip() and not low <= text.get_fontsize() <= high:
+    for text in _drawn_texts(fig):
+        if not low <= text.get_fontsize() <= high:
             by_size.setdefault(text.get_fontsize(), []).append(text.get_text()[:30])
     return [f"{len(texts)} texts are {size:g} pt (e.g. {texts[0]!r}); allowed {low:g}-{high:g} pt"
             for size, texts in sorted(by_size.items())]
+
+
+def _cut_off_problems(fig: Figure, renderer) -> list[str]:
+    frame = fig.bbox
+    out = []
+    for text in _drawn_texts(fig):
+        box = text.get_window_extent(renderer)
+        if box.x0 < frame.x0 - 1 or box.x1 > frame.x1 + 1 or box.y0 < frame.y0 - 1 or box.y1 > frame.y1 + 1:
+            out.append(f"text {text.get_text()[:30]!r} is cut off at the figure's edge")
+    return out
 
 
 def _data_points(ax: Axes) -> np.ndarray:

@@ -54,10 +54,20 @@ __all__ = ["Panel", "RunStopped", "png", "size_limit"]
 def png(fig: Figure) -> bytes:
     """The figure as PNG bytes (no pyplot, no display: works in callbacks, threads, headless),
     after :func:`coursekit.viz.check.enforce` (the figure rules, strict in the test suite)."""
-    enforce(fig)
+    enforce(fig, cropped_to_content=False)  # the PNG is the figure's box: nothing may stick out
     buf = io.BytesIO()
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
+
+
+def hide_when_empty(image: widgets.Image) -> widgets.Image:
+    """Show ``image`` only while it holds a picture (an empty one renders as a broken image)."""
+    def sync(_=None):
+        image.layout.display = None if len(image.value) else "none"
+
+    image.observe(sync, "value")
+    sync()
+    return image
 
 
 def size_limit(name: str, value, cluster, minimum: int = 1, default: int | None = None) -> int:
@@ -129,7 +139,7 @@ class Panel(LiveRepr, widgets.VBox):
         self.status.add_class("ck-status")
         self.notice = widgets.HTML()  # "timings disturbed: ..." (coursekit.contention)
         self.notice.add_class("ck-notice")
-        self.plot = plot if plot is not None else widgets.Image(format="png")
+        self.plot = hide_when_empty(plot if plot is not None else widgets.Image(format="png"))
         self.plot.add_class("ck-plot")
         self.run_button.on_click(lambda _: self.click_run())
         self.stop_button.on_click(lambda _: self.stop())

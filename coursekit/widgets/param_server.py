@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from coursekit.parallel.async_sgd import EngineRuns, follow
 from coursekit.parallel.ps_config import PSConfig
 from coursekit.viz import color, integer_ticks, legend_outside, plot_timeline
-from coursekit.widgets.panel import Panel, png, size_limit
+from coursekit.widgets.panel import Panel, hide_when_empty, png, size_limit
 
 __all__ = ["ParamServerPanel", "label", "plot_live", "plot_runs", "plot_worker_timeline"]
 
@@ -63,12 +63,13 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
         ax_u.plot(applied, acc, ".-", ms=3, label=label(r.config))
     ax_t.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1))
     ax_u.set(xlabel="mini-batch gradients applied", ylabel="test accuracy", ylim=(0, 1))
-    legend_outside(ax_t)
+    # one legend for both top plots, above them: the runs' labels are long
+    fig.legend(*ax_t.get_legend_handles_labels(), loc="outside upper center",
+               ncols=min(len(results), 3), fontsize=8, frameon=False)
     last = results[-1]
     stale = last.staleness
     ax_s.bar(*np.unique(stale, return_counts=True), color=color("predicted"))
-    ax_s.set(xlabel="staleness [versions]", ylabel="applied gradients",
-             title=f"staleness, {label(last.config)}")
+    ax_s.set(xlabel="staleness [versions]", ylabel="applied gradients", title="staleness (last run)")
     integer_ticks(ax_s, "xy")
     workers = [w for w in last.workers if w is not None]
     x = np.array([w.worker for w in workers])
@@ -80,7 +81,7 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
     for d in last.lost:
         ax_w.annotate(f"lost at {d['t']:.1f} s", (d["worker"], 0), ha="center", va="bottom")
     ax_w.set(xlabel="worker", ylabel="time [s]", xticks=range(last.config.n_workers),
-             title="where each worker's time went")
+             title="where each worker's time went (last run)")
     legend_outside(ax_w)
     return fig
 
@@ -124,7 +125,7 @@ class ParamServerPanel(Panel):
                                          style=style)
         self.delay = widgets.FloatSlider(0.0, min=0.0, max=20.0, step=1.0, readout_format=".0f",
                                          description="straggler [ms]", style=style)
-        self.live = widgets.Image(format="png")
+        self.live = hide_when_empty(widgets.Image(format="png"))
         self.model.observe(lambda _: self._sync_controls(), names="value")
         self._sync_controls()
         super().__init__([self.model, self.staleness, self.workers, self.servers, self.delay],
