@@ -89,10 +89,13 @@ def readable_log_ticks(ax, which: str = "x") -> None:
     for name in which:
         axis = getattr(ax, f"{name}axis")
         low, high = sorted(getattr(ax, f"get_{name}lim")())
-        decades = math.log10(high / low) if low > 0 else math.inf
-        subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0,)
+        if not (0 < low < high < math.inf):  # nothing sensible to plot yet: matplotlib's decades
+            axis.set_major_locator(LogLocator(base=10))
+            axis.set_minor_formatter(NullFormatter())
+            continue
+        subs = (1.0, 2.0, 5.0) if math.log10(high / low) <= 2 else (1.0,)
         inside = [m * 10**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
-                  for m in subs if low <= m * 10**k <= high] if low > 0 else [low, high]
+                  for m in subs if low <= m * 10**k <= high]
         # a narrow axis (less than 1-2-5 apart) gets a few evenly spaced ticks instead
         axis.set_major_locator(LogLocator(base=10, subs=subs) if len(inside) >= 2 else MaxNLocator(nbins=3))
         axis.set_major_formatter(EngFormatter(sep=""))

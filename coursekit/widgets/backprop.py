@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from coursekit.nn.activations import HIDDEN_ACTIVATIONS
 from coursekit.nn.experiment import train_digits
-from coursekit.viz import integer_ticks, legend_outside
+from coursekit.viz import integer_ticks, legend_outside, readable_log_ticks
 from coursekit.widgets.panel import LiveRepr, Panel, png
 
 __all__ = ["BackpropPanel", "LivePlot", "plot_history"]
@@ -33,6 +33,7 @@ def plot_history(history, title: str = "") -> Figure:
     epochs = np.arange(1, history.epochs + 1)
     ax_loss.plot(epochs, history.train_loss, marker="o", ms=3)
     ax_loss.set(xlabel="epoch", ylabel="mean training loss", yscale="log")
+    readable_log_ticks(ax_loss, "y")
     ax_acc.plot(epochs, history.train_accuracy, marker="o", ms=3, label="train")
     ax_acc.plot(epochs, history.test_accuracy, marker="o", ms=3, label="test")
     ax_acc.axhline(0.95, color="gray", lw=0.8, ls="--")

@@ -25,7 +25,7 @@ from coursekit.collectives import ALGORITHMS
 from coursekit.parallel.dp_config import EXCHANGES, DPConfig
 from coursekit.parallel.dp_experiments import cluster_runner
 from coursekit.parallel.lr_rules import RULES
-from coursekit.viz import byte_label, color, legend_outside, plot_timeline, series_color
+from coursekit.viz import byte_label, color, legend_outside, plot_timeline, readable_log_ticks, series_color
 from coursekit.widgets.panel import LiveRepr, Panel, png, size_limit
 
 __all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_live",
@@ -55,6 +55,7 @@ def plot_run(result, fig=None):
     steps = np.arange(result.first_step, result.first_step + result.loss.size) + 1
     ax_loss.plot(steps, result.loss, color=color("measured"), lw=1)
     ax_loss.set(xlabel="step", ylabel="batch loss", yscale="log")
+    readable_log_ticks(ax_loss, "y")
     cfg = result.config
     ax_loss.set_title(f"{cfg.exchange} on {result.n_workers} workers, B={cfg.batch_size}",
                       fontsize="medium")
