@@ -165,6 +165,9 @@ def _min_step(data: list[dict]) -> int:
     return min((int(d.get("step", 0)) for d in data), default=0)
 
 
+OUTPUT_GRACE_S = 5.0  # at most this long for an engine's last data after its result
+
+
 def follow(result, on_update=None, *, interval: float = 0.2, total: int | None = None,
            desc: str = "steps", progress: bool = True, timeout: float | None = None):
     """Poll ``result.data`` until ``result`` is done; return ``result.get()``.
@@ -182,6 +185,10 @@ def follow(result, on_update=None, *, interval: float = 0.2, total: int | None =
     try:
         while True:
             done = result.wait(interval)
+            if done and hasattr(result, "wait_for_output"):
+                # ipyparallel: the reply can arrive before the engine's last published data
+                # (another channel); its output is complete once that data is in
+                result.wait_for_output(OUTPUT_GRACE_S)
             data = _snapshot(result)
             if _signature(data) != seen:
                 seen = _signature(data)

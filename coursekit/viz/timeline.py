@@ -69,5 +69,6 @@ def plot_timeline(traces, spans=(), *, ax=None, arrows: bool = True, title: str 
     ax.set_xlim(left=0)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a caller's figure without a layout of its own
+        fig.tight_layout()
     return fig
