@@ -8,9 +8,10 @@ matplotlib draws 100 pixels per inch, so a figure is at most :data:`MAX_WIDTH_IN
 * size: width <= 10 in, height <= 7.5 in;
 * fonts: every text between 7 and 13 pt (one vocabulary: 10 pt body, smaller legends);
 * legends: no data point (line vertex, marker, top of a bar) under a legend;
-* colours: two labelled series in one axes never share a colour;
+* looks: two labelled series in one axes never share colour, line style and marker;
 * counts: an axis that counts (workers, ranks, stages, epochs, staleness ...) has integer ticks;
-* ticks: no two tick labels of one axis overlap.
+* ticks: no two tick labels of one axis overlap;
+* edges (panel pictures only, which are not cropped to their content): no text cut off.
 
 :func:`show` checks the current figure, then shows it: chapters call it instead of
 ``plt.show()``; panels check every picture they draw (:func:`enforce`). A broken rule raises
@@ -110,20 +111,24 @@ def _size_problems(fig: Figure) -> list[str]:
     return [f"figure is {width:g} x {height:g} in; at most {MAX_WIDTH_IN:g} x {MAX_HEIGHT_IN:g} in fits a laptop screen"]
 
 
+def _labels_in_view(axis) -> list:
+    """The tick labels matplotlib draws: those of ticks inside the view limits (an axis
+    keeps labels for ticks beyond its limits, which are never drawn)."""
+    low, high = sorted(axis.get_view_interval())
+    slack = 1e-9 * abs(high - low)
+    return [label for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+            if low - slack <= tick.get_loc() <= high + slack for label in (tick.label1, tick.label2)
+            if label.get_visible() and label.get_text().strip()]
+
+
 def _drawn_texts(fig: Figure) -> list:
-    """Every visible, non-empty text matplotlib draws: tick labels only of ticks in view
-    (an axis keeps labels for ticks beyond its limits, which are never drawn)."""
-    tick_labels, in_view = set(), set()
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            low, high = sorted(axis.get_view_interval())
-            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
-                for label in (tick.label1, tick.label2):
-                    tick_labels.add(id(label))
-                    if low - 1e-9 * abs(high - low) <= tick.get_loc() <= high + 1e-9 * abs(high - low):
-                        in_view.add(id(label))
-    return [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
-            if t.get_visible() and t.get_text().strip() and (id(t) not in tick_labels or id(t) in in_view)]
+    """Every visible, non-empty text matplotlib draws (tick labels: :func:`_labels_in_view`)."""
+    axes = [axis for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)]
+    tick_labels = {id(label) for axis in axes for tick in axis.get_major_ticks() + axis.get_minor_ticks()
+                   for label in (tick.label1, tick.label2)}
+    others = [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+              if id(t) not in tick_labels and t.get_visible() and t.get_text().strip()]
+    return others + [label for axis in axes for label in _labels_in_view(axis)]
 
 
 def _font_problems(fig: Figure) -> list[str]:
@@ -224,16 +229,9 @@ def _count_axis_problems(ax: Axes) -> list[str]:
 
 
 def _tick_overlap_problems(ax: Axes, renderer) -> list[str]:
-    frame = ax.get_window_extent(renderer)
     out = []
     for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-        boxes = []
-        for label in axis.get_ticklabels(which="both"):
-            box = label.get_window_extent(renderer)
-            centre = (box.x0 + box.x1) / 2 if which == "x" else (box.y0 + box.y1) / 2
-            lo, hi = (frame.x0, frame.x1) if which == "x" else (frame.y0, frame.y1)
-            if label.get_visible() and label.get_text().strip() and lo - 1 <= centre <= hi + 1:
-                boxes.append((box, label.get_text()))
+        boxes = [(label.get_window_extent(renderer), label.get_text()) for label in _labels_in_view(axis)]
         for i, (a, text_a) in enumerate(boxes):
             for b, text_b in boxes[i + 1:]:
                 if a.overlaps(b) and a.width > 0 and b.width > 0:

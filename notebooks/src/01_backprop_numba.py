@@ -167,8 +167,8 @@ print("PASS: lr 0.1 smooth; lr 1 spikes then recovers; lr 3 diverges to NaN at c
 # %% [markdown]
 # At 0.1 the loss falls smoothly. At 1 it is on the edge: early steps overshoot and the loss
 # jumps more than tenfold above anything lr 0.1 ever shows, yet the network recovers. At 3 the
-# weights blow up within the first epoch: the loss overflows to NaN, and the prediction is
-# one class for every image (10 % accuracy, a guess).
+# weights blow up: the loss overflows to NaN, and the accuracy falls to that of a guess
+# (about 10 %).
 #
 # ### Your turn: the panel
 #
@@ -254,9 +254,9 @@ print("PASS: on the small net Numba is the fastest; the gap to tight NumPy shrin
 # around them*: every NumPy or PyTorch operation is a Python call with its own checks and
 # dispatch, the readable reference also allocates a temporary for every bias, activation
 # and derivative, while the Numba version makes one call. Writing NumPy tightly removes the
-# temporaries but not the calls, so Numba still wins there by a factor printed above
-# (about 2 on this machine). On the large one the three products dominate; all
-# implementations call a BLAS matrix product, the gap to tight NumPy closes, and Numba runs
+# temporaries but not the calls, so Numba still wins there, by the factor printed above.
+# On the large one the three products dominate; all
+# implementations call a BLAS matrix product, the gap to tight NumPy shrinks, and Numba runs
 # at half the machine's peak or more. The lecture's point: neural-network training is
 # mostly matrix products, so **FLOPs decide the time**.
 #
