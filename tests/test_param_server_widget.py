@@ -5,7 +5,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 from coursekit.parallel.async_sgd import PSConfig, follow, start_local  # noqa: E402
-from coursekit.widgets.param_server import (ParamServerPanel, plot_runs,  # noqa: E402
+from coursekit.viz import figure_problems  # noqa: E402
+from coursekit.widgets.param_server import (ParamServerPanel, plot_live, plot_runs,  # noqa: E402
                                             plot_worker_timeline)
 
 BASE = PSConfig(steps=30, eval_every=5, worker_timeout=2.0)
@@ -21,6 +22,14 @@ def test_live_progress_reaches_the_notebook_side():
     for d in last[1:]:
         assert d["status"] == "finished" and len(d["accuracy"]) == len(d["t"]) == 8
     assert [list(w.curve_t) for w in result.workers] == [d["t"] for d in last[1:]]
+
+
+def test_the_first_live_update_reads_well():
+    # one or two points a fraction of a millisecond apart: a browser run drew a dozen
+    # colliding 7-digit time ticks ('0.00055', '0.00060', ...) from the automatic limits
+    for times in ([0.0006], [0.00055, 0.0007]):
+        data = [{}, {"worker": 0, "t": times, "accuracy": [0.1] * len(times)}]
+        assert figure_problems(plot_live(data, "live")) == []
 
 
 def test_panel_runs_each_consistency_model_and_keeps_them_for_comparison():

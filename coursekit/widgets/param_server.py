@@ -36,14 +36,22 @@ def label(config: PSConfig) -> str:
             + (f", straggler {slow * 1e3:g} ms" if slow else ""))
 
 
+LIVE_MIN_SPAN_S = 0.05
+
+
 def plot_live(data: list[dict], title: str = "") -> Figure:
     """Accuracy against time of every worker, from the live data (one dict per rank)."""
     fig = Figure(figsize=(5, 2.8), layout="constrained")
     ax = fig.subplots()
+    latest = 0.0
     for d in data:
         if d.get("t"):
             ax.plot(d["t"], d["accuracy"], ".-", ms=3, label=f"worker {d['worker']}")
-    ax.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1), title=title)
+            latest = max(latest, max(d["t"]))
+    # from 0, and never narrower than LIVE_MIN_SPAN_S: the first update has one point at
+    # ~0.6 ms, whose automatic limits give a dozen 7-digit tick labels on top of each other
+    ax.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1), title=title,
+           xlim=(0, max(1.05 * latest, LIVE_MIN_SPAN_S)))
     if ax.lines:
         legend_outside(ax)
     return fig
