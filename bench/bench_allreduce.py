@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -52,7 +53,8 @@ def worker(sizes):
     mpi = MPI.COMM_WORLD
     mcomm = MpiComm(timeout=120)
     endpoint = bind("127.0.0.1")
-    zcomm = endpoint.connect(mpi.rank, mpi.allgather(endpoint.address), timeout=120)
+    key = mpi.bcast(secrets.token_bytes(32) if mpi.rank == 0 else None)
+    zcomm = endpoint.connect(mpi.rank, mpi.allgather(endpoint.address), key=key, timeout=120)
     rows = []
     for nbytes in sizes:
         x = np.random.default_rng(mpi.rank).standard_normal(nbytes // 4).astype(np.float32)

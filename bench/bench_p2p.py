@@ -8,6 +8,10 @@ Raw pyzmq uses the very PUSH/PULL sockets ZmqComm uses (zero-copy above 64 KB, l
 ZmqComm); raw mpi4py uses Send/Recv on NumPy buffers. Each number is the best of
 REPEATS blocks run alternately (raw, ours, raw, ours, ...) so machine noise hits both.
 Target: ZmqComm small-message latency <= 1.3x raw pyzmq.
+
+Authentication cost: ZmqComm seals every message (a MAC + sequence number, see
+coursekit.comm.auth); the "no auth" column runs the same ping-pong with both ranks'
+sealers swapped for a pass-through, in the same alternating blocks.
 """
 
 from __future__ import annotations
@@ -53,16 +57,39 @@ def _raw_zmq(comm, nbytes: int, iters: int) -> float:
     return (time.perf_counter() - t0) / iters / 2
 
 
+class _NoAuth:
+    """A pass-through in place of a comm's FrameSealer: the cost of authentication is
+    the difference (this bench only; frames then carry no trailer)."""
+
+    @staticmethod
+    def seal(body, dest):
+        return body
+
+    @staticmethod
+    def open(frame, sender):
+        return frame
+
+
+def _unauthenticated(comm, block) -> float:
+    sealer, comm._sealer = comm._sealer, _NoAuth
+    try:
+        return block()
+    finally:
+        comm._sealer = sealer
+
+
 def zmq_worker(comm) -> dict:
-    """Runs on both spawned ranks; returns {size: {"raw": s, "coursekit": s}}."""
+    """Runs on both spawned ranks; returns {size: {"raw": s, "coursekit": s, "no auth": s}}."""
     from coursekit.comm.examples import ping_pong
     out = {}
     for name, nbytes in SIZES.items():
         iters = ITERS[name]
         _raw_zmq(comm, nbytes, 2)
-        out[name] = _best({"raw": lambda: _raw_zmq(comm, nbytes, iters),
-                           "coursekit": lambda: ping_pong(comm, nbytes, iters, warmup=2,
-                                                          out=False)}, REPEATS)
+
+        def ours():
+            return ping_pong(comm, nbytes, iters, warmup=2, out=False)
+        out[name] = _best({"raw": lambda: _raw_zmq(comm, nbytes, iters), "coursekit": ours,
+                           "no auth": lambda: _unauthenticated(comm, ours)}, REPEATS)
     return out
 
 
@@ -135,6 +162,9 @@ def main() -> None:
     lat = zmq_res["8 B"]
     print(f"ZmqComm small-message latency = {lat['coursekit'] / lat['raw']:.2f}x raw pyzmq "
           "(target <= 1.3x)")
+    print("authentication (MAC + sequence number per message), one-way time with / without: " +
+          ", ".join(f"{k} {r['coursekit'] * 1e6:.1f} / {r['no auth'] * 1e6:.1f} us "
+                    f"({r['coursekit'] / r['no auth']:.2f}x)" for k, r in zmq_res.items()))
     mpi_res = run_mpi()
     if mpi_res is None:
         print("\nMPI: skipped (mpi4py/mpiexec not available)")

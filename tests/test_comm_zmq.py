@@ -3,6 +3,7 @@
 import multiprocessing as mp
 import os
 import queue
+import secrets
 import signal
 import threading
 import time
@@ -16,8 +17,11 @@ from hypothesis import strategies as st
 
 from coursekit.comm import ANY_SOURCE, CommError, CommTimeout, frames
 from coursekit.comm import zmq as czmq
+from coursekit.comm.auth import FrameSealer
 from coursekit.comm.examples import ping_pong, ring_exchange
 from coursekit.comm.procs import run_procs
+
+KEY = secrets.token_bytes(32)
 
 
 def mixed_traffic(comm):
@@ -89,7 +93,8 @@ def test_failing_rank_is_reported_with_its_rank():
 def _fault_rank(rank, up, down):
     ep = czmq.bind()
     up.put(("addr", rank, ep.address))
-    comm = ep.connect(rank, down.get(timeout=60), timeout=1.5)
+    addresses, key = down.get(timeout=60)  # KEY differs in each spawned process
+    comm = ep.connect(rank, addresses, key=key, timeout=1.5)
     if rank == 1:
         comm.send(np.arange(4.0), 0)
         comm.recv(0)  # blocks until the test kills this process
@@ -114,7 +119,7 @@ def test_killed_peer_gives_commtimeout_naming_it():
             p.start()
         addrs = dict(up.get(timeout=60)[1:] for _ in range(2))
         for d in downs:
-            d.put([addrs[0], addrs[1]])
+            d.put(([addrs[0], addrs[1]], KEY))
         assert up.get(timeout=20) == ("first", 0, [0.0, 1.0, 2.0, 3.0])
         os.kill(procs[1].pid, signal.SIGKILL)
         procs[1].join(10)
@@ -139,9 +144,13 @@ def test_setup_errors_are_clear():
     ep = czmq.bind()
     try:
         with pytest.raises(ValueError, match="rank order"):
-            ep.connect(0, ["tcp://127.0.0.1:1", ep.address])
+            ep.connect(0, ["tcp://127.0.0.1:1", ep.address], key=KEY)
         with pytest.raises(ValueError, match="rank must be in 0..0"):
-            ep.connect(3, [ep.address])
+            ep.connect(3, [ep.address], key=KEY)
+        with pytest.raises(TypeError, match="key must be bytes: a secret all ranks share"):
+            ep.connect(0, [ep.address], key="hunter2")
+        with pytest.raises(ValueError, match="key must have at least 16 bytes, got 7"):
+            ep.connect(0, [ep.address], key=b"hunter2")
     finally:
         ep.close()
 
@@ -150,7 +159,8 @@ def connect_all(endpoints, **kw):
     """Connect every endpoint at once (connect is collective: ranks handshake)."""
     addrs = [e.address for e in endpoints]
     with ThreadPoolExecutor(len(endpoints)) as pool:
-        return list(pool.map(lambda r: endpoints[r].connect(r, addrs, **kw), range(len(addrs))))
+        return list(pool.map(lambda r: endpoints[r].connect(r, addrs, key=KEY, **kw),
+                             range(len(addrs))))
 
 
 @pytest.fixture(scope="module")
@@ -171,31 +181,60 @@ def pair():
 parts = st.lists(st.one_of(st.binary(max_size=48),
                            st.builds(lambda t: frames.MAGIC + t, st.binary(max_size=44))),
                  min_size=1, max_size=3)
+INJECTED = {"frames": 0, "accepted": 0}
 
 
 @settings(max_examples=150, deadline=None)
 @given(msg=parts)
-def test_foreign_frames_raise_commerror_and_receiver_survives(pair, msg):
+def test_frames_from_a_process_without_the_key_are_dropped_and_receiver_survives(pair, msg):
     (a, b), intruder = pair
     intruder.send_multipart(msg)
+    INJECTED["frames"] += 1
     try:
         got = b.recv()
     except CommError as exc:
         assert not isinstance(exc, CommTimeout), exc
-        assert str(exc).startswith("rank 1:")
+        assert str(exc).startswith("rank 1: dropped a frame from 127.0.0.1 that failed "
+                                   "authentication"), exc
     else:
-        assert isinstance(got, np.ndarray)
+        INJECTED["accepted"] += 1
+        raise AssertionError(f"an injected frame was accepted as {got!r}")
     big = np.arange(20000, dtype=np.float64)  # separate-payload path after the junk
     a.send(big, 1, tag=9)
     np.testing.assert_array_equal(b.recv(0, tag=9), big)
 
 
-def test_payload_of_wrong_length_is_rejected(pair):
+def test_well_formed_frames_forged_with_a_wrong_key_replayed_or_reflected_are_dropped(pair):
     (a, b), intruder = pair
-    header = frames.encode(np.zeros(10000), tag=1, source=0)
+    arr = np.arange(6.0)
+    forger = FrameSealer(secrets.token_bytes(32), rank=0, size=2)  # right layout, wrong key
+    intruder.send(forger.seal(frames.encode(arr, tag=4, source=0, inline=True), dest=1))
+    with pytest.raises(CommError, match="its MAC does not match this comm's key"):
+        b.recv(0, tag=4)
+    # a frame rank 0 really sealed for rank 1, captured and sent twice: the copy is refused
+    sealed = a._sealer.seal(frames.encode(arr, tag=4, source=0, inline=True), dest=1)
+    intruder.send(sealed)
+    np.testing.assert_array_equal(b.recv(0, tag=4), arr)
+    intruder.send(sealed)
+    with pytest.raises(CommError, match=r"it is message (\d+) from rank 0, the next one is (?!\1)"):
+        b.recv(0, tag=4)
+    # sealed by rank 0 for rank 0 (itself), delivered to rank 1 instead
+    intruder.send(a._sealer.seal(frames.encode(arr, tag=4, source=0, inline=True), dest=0))
+    with pytest.raises(CommError, match="not sent by one of this comm's ranks .or not to this rank"):
+        b.recv(0, tag=4)
+    a._sealer._sent[0] -= 1  # rank 0's own stream to itself never saw that frame
+    a.send(arr + 1, 1, tag=4)
+    np.testing.assert_array_equal(b.recv(0, tag=4), arr + 1)
+
+
+def test_payload_of_wrong_length_is_rejected(pair):
+    """A rank with the key but a bug (frames sealed by rank 0's own sealer)."""
+    (a, b), intruder = pair
+    header = a._sealer.seal(frames.encode(np.zeros(10000), tag=1, source=0), dest=1)
     intruder.send_multipart([header, b"short"])
     with pytest.raises(CommError, match="payload has 5 bytes"):
         b.recv(0, tag=1)
+    header = a._sealer.seal(frames.encode(np.zeros(10000), tag=1, source=0), dest=1)
     intruder.send_multipart([header, b"x" * 80000, b"extra"])
     with pytest.raises(CommError, match="extra parts"):
         b.recv(0, tag=1)
@@ -234,8 +273,8 @@ def test_single_copy_can_be_switched_off_per_rank():
     eps = [czmq.bind() for _ in range(3)]
     addrs = [e.address for e in eps]
     with ThreadPoolExecutor(3) as pool:
-        comms = list(pool.map(lambda r: eps[r].connect(r, addrs, timeout=5, single_copy=r != 2),
-                              range(3)))
+        comms = list(pool.map(lambda r: eps[r].connect(r, addrs, key=KEY, timeout=5,
+                                                        single_copy=r != 2), range(3)))
     try:
         assert [sorted(c.single_copy_peers) for c in comms] == [[1], [0], []]
         big = np.arange(100000, dtype=np.float64)
@@ -254,10 +293,15 @@ def test_forged_remote_messages_are_dropped_and_receiver_survives(pair):
     (a, b), intruder = pair
     arr = np.zeros(100000)
     intruder.send(frames.encode_remote(arr, tag=3, source=0, pid=1, message_id=77))
+    with pytest.raises(CommError, match="failed authentication"):  # without the key
+        b.recv(0, tag=3)
+    # with the key (a rank with a bug): the descriptor is still checked
+    seal = a._sealer.seal
+    intruder.send(seal(frames.encode_remote(arr, tag=3, source=0, pid=1, message_id=77), 1))
     with pytest.raises(CommError, match="points into process 1, not rank 0's process"):
         b.recv(0, tag=3)
     bad = frames.encode_remote(arr, tag=3, source=0, pid=os.getpid(), message_id=78)
-    intruder.send(bad[:-16] + frames.DESCRIPTOR.pack(os.getpid(), 8, 78)[8:])  # address 8
+    intruder.send(seal(bad[:-16] + frames.DESCRIPTOR.pack(os.getpid(), 8, 78)[8:], 1))  # address 8
     with pytest.raises(CommError, match="could not copy a message out of rank 0's memory"):
         b.recv(0, tag=3)
     a.send(np.ones(3), 1, tag=3)
@@ -303,7 +347,7 @@ def test_a_rank_still_shaking_hands_accepts_single_copy_from_one_that_finished(m
 
     def rank(r):
         who.rank, who.probes = r, 0
-        comm = eps[r].connect(r, addrs, timeout=5)
+        comm = eps[r].connect(r, addrs, key=KEY, timeout=5)
         try:
             if r == 2:
                 return None

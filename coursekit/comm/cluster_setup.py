@@ -9,13 +9,18 @@
 
 ZMQ setup is the two-phase protocol of ``coursekit.comm.zmq``: one ``c.run`` binds on
 every engine and returns the addresses in rank order, a second one connects every engine
-to all of them and checks the wiring with a barrier. On MPI engines one ``c.run``
+to all of them and checks the wiring with a barrier. The comm's frames are authenticated
+with a key each engine derives from the cluster's ipyparallel session key and a fresh
+nonce (``auth.derive_key``): no secret crosses the wire, and each setup has its own key. On MPI engines one ``c.run``
 constructs an MpiComm on all ranks at once (a collective call). The comm lives on the
 engine; code running there gets it with :func:`engine_comm`.
 """
 
 from __future__ import annotations
 
+import secrets
+
+from .auth import derive_key
 from .errors import CommError
 
 BACKENDS = ("auto", "zmq", "mpi")
@@ -50,7 +55,8 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = No
     if interface is None:
         interface = _default_interface(cluster_handle)
     addresses = cluster_handle.run(_bind, interface, timeout=limit)
-    cluster_handle.run(_connect, addresses, timeout, trace, timeout=limit)
+    nonce = secrets.token_bytes(16)
+    cluster_handle.run(_connect, addresses, nonce, timeout, trace, timeout=limit)
     return backend
 
 
@@ -162,11 +168,23 @@ def _bind(interface: str) -> str:
     return _endpoint.address
 
 
-def _connect(addresses: list, timeout: float, trace: bool) -> None:
+def _session_key() -> bytes:
+    """This engine's ipyparallel session key (the one that signs its messages)."""
+    from IPython import get_ipython
+    shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        raise CommError("setup_comm must run on ipyparallel engines (no engine kernel here)")
+    return kernel.session.key
+
+
+def _connect(addresses: list, nonce: bytes, timeout: float, trace: bool) -> None:
     global _comm, _endpoint
     if _endpoint is None:
         raise CommError("setup_comm's bind phase did not run on this engine")
-    _comm, _endpoint = _endpoint.connect(_rank(), addresses, timeout=timeout, trace=trace), None
+    key = derive_key(_session_key(), nonce)
+    _comm, _endpoint = _endpoint.connect(_rank(), addresses, key=key, timeout=timeout,
+                                         trace=trace), None
     _comm.barrier()  # every engine reached every other one: the wiring is right
 
 

@@ -11,9 +11,13 @@ t = alpha_control + n / bw_memcpy instead of alpha + n / bw_tcp.
 The kernel allows it only where the reader could ptrace the owner (same user; Yama's
 ``ptrace_scope`` and container seccomp profiles may forbid it); :func:`read_into` then
 raises ``PermissionError`` and callers fall back to sockets. Under Yama's
-``ptrace_scope=1`` (Ubuntu's default) only ancestors may read a process, not sibling
-engines; :func:`allow_readers` lifts that for the calling process, as Open MPI's shared
-memory transport does. Not available off Linux.
+``ptrace_scope=1`` (Ubuntu's default) a process may read its descendants only, not a
+sibling engine. Open MPI lifts that with ``PR_SET_PTRACER_ANY`` (any process of the user
+may then read the rank). :func:`allow_readers` grants less: only the nearest common
+ancestor of this rank and its same-host peers (the ipcluster, mpiexec or slurmstepd that
+started them) and that ancestor's descendants; never init, i.e. never "any process". The
+grant is process-wide, so it is kept per holder (each ZmqComm) and withdrawn when the
+last one closes (:func:`withdraw_readers`). Not available off Linux.
 """
 
 from __future__ import annotations
@@ -49,17 +53,82 @@ _process_vm_readv, _prctl = _bind_libc()
 
 
 _PR_SET_PTRACER = 0x59616D61  # "Yama"
-_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1)
+_grants: dict[object, int] = {}  # holder -> the ancestor it asked for
 
 
-def allow_readers() -> None:
-    """Let any process of this user read this one under Yama ``ptrace_scope=1``.
+def process_chain(pid: int) -> list[int]:
+    """``pid`` and its ancestors up to init, from /proc ([] if ``pid`` is gone)."""
+    chain = []
+    while pid > 0 and pid not in chain:
+        chain.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return [] if len(chain) == 1 else chain
+        pid = int(stat[stat.rindex(b")") + 2:].split()[1])  # field 4: ppid
+    return chain
 
-    ``prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)``; without Yama (or off Linux) it does
-    nothing. It grants no more than ``ptrace_scope=0``, the kernel's own default.
+
+def common_ancestor(pids) -> int | None:
+    """The nearest process that all of ``pids`` descend from (a pid counts as its own
+    descendant); None when one is gone or they share only init (pid 1)."""
+    chains = [process_chain(pid) for pid in pids]
+    if not chains or not all(chains):
+        return None
+    shared = set(chains[0]).intersection(*chains[1:])
+    ancestor = next((pid for pid in chains[0] if pid in shared), None)
+    return ancestor if ancestor not in (None, 1) else None
+
+
+def allow_readers(holder, peers) -> int | None:
+    """Let this process's same-host ``peers`` (pids) read it under Yama ``ptrace_scope=1``.
+
+    ``prctl(PR_SET_PTRACER, a)`` with ``a`` the nearest common ancestor of this process
+    and every peer (and of every other holder's grant): ``a`` and its descendants may read
+    this process, no one else. Returns ``a``, or None (nothing granted) when the only
+    shared ancestor is init. Without Yama (or off Linux) the call changes nothing.
     """
+    ancestor = common_ancestor([os.getpid(), *peers])
+    if ancestor is None:
+        return None
+    _grants[holder] = ancestor
+    _declare(common_ancestor(set(_grants.values())) or 0)
+    return ancestor
+
+
+def withdraw_readers(holder) -> None:
+    """Take back ``holder``'s grant; with no holder left, no process is declared (the
+    default: only ancestors may read this one under ``ptrace_scope=1``)."""
+    if _grants.pop(holder, None) is not None:
+        remaining = set(_grants.values())
+        _declare((common_ancestor(remaining) or 0) if remaining else 0)
+
+
+def declared_reader() -> int:
+    """The process this one declared with PR_SET_PTRACER (0: none)."""
+    return _declared
+
+
+_declared = 0
+
+
+def _declare(pid: int) -> None:
+    global _declared
     if _prctl is not None:
-        _prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)  # EINVAL without Yama: fine
+        _prctl(_PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0)  # EINVAL without Yama: fine
+    _declared = pid
+
+
+def host_identity() -> tuple[int, int]:
+    """(boot id, pid namespace) of this process: two processes with equal identities see
+    the same pids, so one's pid means the same process to the other."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = int(f.read().strip().replace("-", "")[:16], 16)
+        return boot, os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError):
+        return 0, 0
 
 
 def supported() -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
+import secrets
 import traceback
 
 from .errors import CommError, add_rank
@@ -44,8 +45,9 @@ def run_procs(fn, n: int, *args, timeout: float = 30.0, trace: bool = False,
         addresses = [None] * n
         for _, rank, address in _collect(up, procs, n, _START_TIMEOUT, "bind"):
             addresses[rank] = address
+        key = secrets.token_bytes(32)  # over the private pipes, never a socket
         for down in downs:
-            down.put(addresses)
+            down.put((addresses, key))
         results = [None] * n
         for kind, rank, value in _collect(up, procs, n, timeout + 10.0, "finish", set(may_die)):
             if kind == "err":
@@ -94,7 +96,8 @@ def _rank_main(fn, rank, up, down, interface, timeout, trace, args, kwargs):
     from .zmq import bind
     endpoint = bind(interface)
     up.put(("addr", rank, endpoint.address))
-    comm = endpoint.connect(rank, down.get(timeout=_START_TIMEOUT), timeout=timeout, trace=trace)
+    addresses, key = down.get(timeout=_START_TIMEOUT)
+    comm = endpoint.connect(rank, addresses, key=key, timeout=timeout, trace=trace)
     try:
         up.put(("ok", rank, fn(comm, *args, **kwargs)))
     except BaseException as exc:  # noqa: BLE001 - sent to the parent

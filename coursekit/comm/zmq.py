@@ -10,7 +10,10 @@ Setup is two-phase so any launcher can drive it (ipyparallel, multiprocessing, a
 
     ep = bind("127.0.0.1")               # phase 1, on every rank: bind, learn the address
     addresses = <gather ep.address from all ranks, in rank order>
-    comm = ep.connect(rank, addresses)   # phase 2: connect to everybody
+    comm = ep.connect(rank, addresses, key=secret)   # phase 2: connect to everybody
+
+Every message is authenticated with ``key``, a secret all ranks share (see
+:mod:`coursekit.comm.auth`): frames from any other process are dropped with a CommError.
 
 Cost: payloads up to ``frames.INLINE_MAX`` bytes are copied into one message with the
 header; larger C-contiguous arrays are sent zero-copy (``copy=False``): ``send`` returns
@@ -40,6 +43,7 @@ import numpy as np
 import zmq
 
 from . import cma, frames
+from .auth import FrameSealer, check_key
 from .base import BARRIER_TAG
 from .errors import CommError
 from .matching import QueuedComm
@@ -51,6 +55,7 @@ SINGLE_COPY_MIN = 1 << 18
 HELLO_TAG = BARRIER_TAG + 64  # internal tags above the barrier's rounds (< 64 of them)
 VERDICT_TAG = HELLO_TAG + 1
 DONE_TAG = HELLO_TAG + 2
+WHO_TAG = HELLO_TAG + 3
 
 
 class Endpoint:
@@ -73,11 +78,12 @@ class Endpoint:
             raise ValueError(f"cannot bind to interface {interface!r}: {exc}") from None
         self.address: str = self._pull.get(zmq.LAST_ENDPOINT).decode()
 
-    def connect(self, rank: int, addresses: list[str], *, timeout: float = 30.0,
+    def connect(self, rank: int, addresses: list[str], *, key: bytes, timeout: float = 30.0,
                 trace: bool = False, single_copy: bool = True) -> "ZmqComm":
         """Phase 2: connect to every rank's address (``addresses[rank]`` must be ours).
 
-        Every rank must call it (it exchanges a handshake with every other rank).
+        Every rank must call it (it exchanges a handshake with every other rank), with the
+        same ``key`` (bytes, at least 16: the secret that authenticates every frame).
         ``single_copy=False`` keeps this rank's messages on TCP (see the module doc).
         """
         if not isinstance(addresses, (list, tuple)) or not all(isinstance(a, str) for a in addresses):
@@ -87,8 +93,8 @@ class Endpoint:
         if addresses[rank] != self.address:
             raise ValueError(f"addresses[{rank}] is {addresses[rank]!r} but this endpoint is bound "
                              f"to {self.address!r}: the list must be in rank order")
-        return ZmqComm(self, rank, list(addresses), timeout=timeout, trace=trace,
-                       single_copy=single_copy)
+        return ZmqComm(self, rank, list(addresses), key=check_key(key), timeout=timeout,
+                       trace=trace, single_copy=single_copy)
 
     def close(self) -> None:
         self._pull.close(0)
@@ -103,9 +109,10 @@ def bind(interface: str = "127.0.0.1") -> Endpoint:
 class ZmqComm(QueuedComm):
     """One rank talking to the others over ZeroMQ; build it with ``bind(...).connect(...)``."""
 
-    def __init__(self, endpoint: Endpoint, rank: int, addresses: list[str], *,
+    def __init__(self, endpoint: Endpoint, rank: int, addresses: list[str], *, key: bytes,
                  timeout: float = 30.0, trace: bool = False, single_copy: bool = True):
         super().__init__(rank, len(addresses), timeout=timeout, trace=trace)
+        self._sealer = FrameSealer(key, rank, len(addresses))
         self.addresses = addresses
         self._endpoint = endpoint
         self._pull = endpoint._pull
@@ -131,12 +138,13 @@ class ZmqComm(QueuedComm):
     def _handshake(self, enabled: bool) -> None:
         """Find the peers that can copy from our memory and those we can copy from.
 
-        Each rank offers (pid, address of a random 16-byte token); a peer that reads the
-        token back through ``process_vm_readv`` shares this host and may use single copy.
+        First every rank tells the others its pid and host identity, and lets the peers on
+        its host read its memory (``cma.allow_readers``: their common ancestor and its
+        descendants only). Then each rank offers (pid, address of a random 16-byte token);
+        a peer that reads the token back through ``process_vm_readv`` may use single copy.
         """
         deadline, others = now() + self._timeout, [r for r in range(self.size) if r != self.rank]
-        if enabled:
-            cma.allow_readers()
+        enabled = self._allow_local_readers(others, enabled, deadline)
         token = np.frombuffer(os.urandom(16), np.uint64).copy()  # alive until every verdict
         offer = np.array([self._pid, token.ctypes.data, *token] if enabled else [0] * 4, np.uint64)
         for peer in others:
@@ -152,6 +160,20 @@ class ZmqComm(QueuedComm):
             peer for peer in others
             if self._match(peer, VERDICT_TAG, None, deadline, ("connect",))[1][0])
 
+    def _allow_local_readers(self, others, enabled: bool, deadline) -> bool:
+        """Exchange (pid, host identity) (zeros when single copy is off here); grant the
+        same-host peers read access. False when off, when no peer shares this host, or when
+        they share only init (then nothing is granted)."""
+        me = np.array([self._pid, *cma.host_identity()] if enabled else [0] * 3, np.uint64)
+        for peer in others:
+            self._post(peer, me, WHO_TAG, True)
+        local = []
+        for peer in others:
+            pid, *identity = self._match(peer, WHO_TAG, None, deadline, ("connect",))[1].tolist()
+            if enabled and identity == me[1:].tolist() and 0 not in identity:
+                local.append(pid)
+        return bool(local) and cma.allow_readers(self, local) is not None
+
     @property
     def single_copy_peers(self) -> frozenset:
         """Ranks this rank sends large ``sendrecv`` payloads to by single copy."""
@@ -163,22 +185,24 @@ class ZmqComm(QueuedComm):
             return
         super().close()
         self._in_flight.clear()
+        cma.withdraw_readers(self)
         ms = int(1000 * (self._timeout if linger is None else linger))
         for sock in self._push:
             sock.close(ms)
         self._endpoint.close()
 
     def _post(self, dest, arr, tag, buffered):
-        sock = self._push[dest]
+        sock, seal = self._push[dest], self._sealer.seal
         if arr.nbytes <= frames.INLINE_MAX:
-            sock.send(frames.encode(arr, tag, self.rank, inline=True), copy=True)
+            sock.send(seal(frames.encode(arr, tag, self.rank, inline=True), dest), copy=True)
             return None
         if not buffered and arr.nbytes >= SINGLE_COPY_MIN and dest in self._readers:
             self._sent += 1
             self._in_flight[self._sent] = arr
-            sock.send(frames.encode_remote(arr, tag, self.rank, self._pid, self._sent), copy=True)
+            sock.send(seal(frames.encode_remote(arr, tag, self.rank, self._pid, self._sent), dest),
+                      copy=True)
             return self._sent
-        sock.send(frames.encode(arr, tag, self.rank), zmq.SNDMORE)
+        sock.send(seal(frames.encode(arr, tag, self.rank), dest), zmq.SNDMORE)
         tracker = sock.send(arr, copy=False, track=True)
         if buffered:
             self._complete(tracker, dest, tag, now() + self._timeout)
@@ -259,6 +283,7 @@ class ZmqComm(QueuedComm):
                 self._rcvtimeo_full = None
         more = head.more
         try:
+            head = self._sealer.open(head, head.get("Peer-Address") or "an unknown address")
             header = self._decode(head)
         except CommError:
             self._drain(more)
