@@ -157,6 +157,10 @@ def _probe_engine() -> tuple[int | None, str]:
     return (world.Get_rank() if world.Get_size() > 1 else None), host
 
 
+INTERRUPT_GRACE_S = 10.0
+"""Seconds interrupted engines get to return before the KeyboardInterrupt goes on."""
+
+
 class CourseCluster:
     """A connected cluster: run functions on every engine, in rank order, then stop.
 
@@ -204,7 +208,9 @@ class CourseCluster:
         """Run ``fn(*args, **kwargs)`` on every engine; return the results in rank order.
 
         Raises :class:`EngineError` naming the rank if an engine raised, and
-        ``TimeoutError`` naming the ranks still busy after ``timeout`` seconds.
+        ``TimeoutError`` naming the ranks still busy after ``timeout`` seconds. A
+        KeyboardInterrupt here (the notebook's stop button) interrupts the engines too,
+        on a cluster this process started, so the next cell finds them free.
         """
         import ipyparallel as ipp
 
@@ -212,6 +218,9 @@ class CourseCluster:
         result = self.view.apply_async(fn, *args, **kwargs)
         try:
             return result.get(timeout=timeout)
+        except KeyboardInterrupt:
+            self._interrupt_and_wait(result)
+            raise
         except ipp.error.TimeoutError:
             busy = [self.engine_ids.index(e) for e in result._targets if not result.ready()]
             raise TimeoutError(
@@ -228,6 +237,14 @@ class CourseCluster:
         name = getattr(fn, "__name__", repr(fn))
         return EngineError(f"{name} failed on {len(error_ranks(error))} engine(s):\n  "
                            + "\n  ".join(lines))
+
+    def _interrupt_and_wait(self, result) -> None:
+        """Interrupt the engines still running ``result`` (a cluster we started; an attached
+        cluster's engines cannot be signalled and finish on their own) and give them
+        INTERRUPT_GRACE_S seconds to return."""
+        if self.owned and not result.ready():
+            self.interrupt()
+            result.wait(INTERRUPT_GRACE_S)
 
     def interrupt(self) -> None:
         """Send SIGINT to busy engines of a cluster this process started."""

@@ -91,6 +91,8 @@ class Comm:
         self.tracing = bool(trace)
         self.trace: list[Message] = []
         self.closed = False
+        self.interrupted: str | None = None  # the operation a KeyboardInterrupt broke off
+        self._ready = True  # open and not interrupted: the fast argument checks read this
 
     @property
     def timeout(self) -> float:
@@ -118,7 +120,11 @@ class Comm:
         """Send ``array`` to rank ``dest``; returns once ``array`` may be reused (buffered)."""
         arr = self._check_send(array, dest, tag)
         t0 = now()
-        self._post(dest, arr, tag, True)
+        try:
+            self._post(dest, arr, tag, True)
+        except KeyboardInterrupt:
+            self._mark_interrupted(("send", dest, tag))
+            raise
         if self.tracing or verbose_enabled():
             self._record("send", self.rank, dest, tag, arr, t0)
 
@@ -126,7 +132,12 @@ class Comm:
         """Receive the first message matching ``(source, tag)``; fills and returns ``out`` if given."""
         self._check_recv(source, tag, out)
         t0 = now()
-        header, arr = self._match(source, tag, out, t0 + self._timeout, ("recv", source, tag))
+        op = ("recv", source, tag)
+        try:
+            header, arr = self._match(source, tag, out, t0 + self._timeout, op)
+        except KeyboardInterrupt:
+            self._mark_interrupted(op)
+            raise
         if self.tracing or verbose_enabled():
             self._record("recv", header.source, self.rank, header.tag, arr, t0)
         return arr
@@ -139,16 +150,20 @@ class Comm:
         self._check_recv(source, recvtag, out)
         t0 = now()
         deadline = t0 + self._timeout
-        handle = self._post(dest, arr, sendtag, False)
+        op = ("sendrecv", source, recvtag, dest)
         record = self.tracing or verbose_enabled()
-        if record:
-            self._record("send", self.rank, dest, sendtag, arr, t0)
-        t1 = now()
-        header, res = self._match(source, recvtag, out, deadline,
-                                  ("sendrecv", source, recvtag, dest))
-        if record:
-            self._record("recv", header.source, self.rank, header.tag, res, t1)
-        self._complete(handle, dest, sendtag, deadline)
+        try:
+            handle = self._post(dest, arr, sendtag, False)
+            if record:
+                self._record("send", self.rank, dest, sendtag, arr, t0)
+            t1 = now()
+            header, res = self._match(source, recvtag, out, deadline, op)
+            if record:
+                self._record("recv", header.source, self.rank, header.tag, res, t1)
+            self._complete(handle, dest, sendtag, deadline)
+        except KeyboardInterrupt:
+            self._mark_interrupted(op)
+            raise
         return res
 
     def barrier(self) -> None:
@@ -161,15 +176,27 @@ class Comm:
         deadline = now() + self._timeout
         empty = np.empty(0, np.uint8)
         step, rnd = 1, 0
-        while step < self.size:
-            tag = BARRIER_TAG + rnd
-            self._post((self.rank + step) % self.size, empty, tag, True)
-            self._match((self.rank - step) % self.size, tag, None, deadline, ("barrier",))
-            step, rnd = step * 2, rnd + 1
+        try:
+            while step < self.size:
+                tag = BARRIER_TAG + rnd
+                self._post((self.rank + step) % self.size, empty, tag, True)
+                self._match((self.rank - step) % self.size, tag, None, deadline, ("barrier",))
+                step, rnd = step * 2, rnd + 1
+        except KeyboardInterrupt:
+            self._mark_interrupted(("barrier",))
+            raise
 
     def close(self) -> None:
         """Release the transport. Further calls raise CommError."""
         self.closed = True
+        self._ready = False
+
+    def _mark_interrupted(self, op: tuple) -> None:
+        """A KeyboardInterrupt broke ``op`` off: its peers' messages may still arrive and
+        would be matched by the next operation, so every later call raises CommError
+        until the comm is rebuilt (``coursekit.comm.reset_comm`` on a cluster)."""
+        self.interrupted = describe_op(op)
+        self._ready = False
 
     def __enter__(self):
         return self
@@ -198,6 +225,12 @@ class Comm:
     def _check_open(self) -> None:
         if self.closed:
             raise CommError(f"rank {self.rank}: this {type(self).__name__} is closed")
+        if self.interrupted:
+            raise CommError(
+                f"rank {self.rank}: this {type(self).__name__} was interrupted in "
+                f"{self.interrupted}; messages of that operation may still arrive and would "
+                "be taken for the next one's, so it refuses further use: rebuild it "
+                "(coursekit.comm.reset_comm(cluster) from the notebook)")
 
     def _check_rank(self, value, what: str, wildcard: bool) -> None:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -216,7 +249,7 @@ class Comm:
 
     def _check_send(self, array, dest, tag) -> np.ndarray:
         if (type(dest) is int and 0 <= dest < self.size and type(tag) is int
-                and 0 <= tag <= MAX_TAG and not self.closed):
+                and 0 <= tag <= MAX_TAG and self._ready):
             return frames.wire_array(array)  # the common case, checked cheaply
         self._check_open()
         self._check_rank(dest, "dest", False)
@@ -225,7 +258,7 @@ class Comm:
 
     def _check_recv(self, source, tag, out) -> None:
         if (out is None and type(source) is int and -1 <= source < self.size
-                and type(tag) is int and -1 <= tag <= MAX_TAG and not self.closed):
+                and type(tag) is int and -1 <= tag <= MAX_TAG and self._ready):
             return  # the common case (ANY_SOURCE == ANY_TAG == -1), checked cheaply
         self._check_open()
         self._check_rank(source, "source", True)

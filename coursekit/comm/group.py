@@ -32,6 +32,19 @@ class SubComm(Comm):
         self.rank, self.size = members.index(parent.rank), len(members)
         self.timeout = parent.timeout
         self.closed = False
+        self.interrupted = None
+
+    @property
+    def _ready(self) -> bool:
+        return not self.closed and self.interrupted is None and self.parent._ready
+
+    @_ready.setter
+    def _ready(self, value) -> None:
+        pass  # derived from this group's and the parent's state
+
+    def _mark_interrupted(self, op: tuple) -> None:
+        super()._mark_interrupted(op)
+        self.parent._mark_interrupted(op)  # the parent's stream holds the stale messages
 
     tracing = property(lambda self: self.parent.tracing,
                        lambda self, on: setattr(self.parent, "tracing", on))

@@ -1,0 +1,156 @@
+"""Fault injection on real local clusters: hostile frames, an interrupted client, a killed
+engine. Each case asserts a clear error within a bounded time that names the cause, no
+process left behind, and that the next experiment computes the right answer.
+
+Other faults are tested where their feature lives: a rank killed mid-recv between plain
+processes (test_comm_zmq), a killed data-parallel engine (test_data_parallel_cluster), a
+killed parameter-server worker (test_param_server_cluster), a killed engine or controller
+under a panel (test_panel), a SIGKILLed kernel that owns a cluster (test_reaper), corrupt
+and half-written checkpoints (test_checkpoint_integrity).
+"""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+import zmq
+from ipyparallel import interactive  # ship the engine functions by value
+
+from coursekit import cluster
+from coursekit.cluster import EngineError
+from coursekit.comm import call_with_comm, reset_comm, setup_comm
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def four():
+    with cluster.start(n=4) as c:
+        setup_comm(c, timeout=5)
+        yield c
+
+
+@interactive
+def _receive_twice(comm, tag):
+    """Rank 0 sends rank 1 a message; rank 1 receives until it has it, noting each error."""
+    import time
+
+    import numpy as np
+
+    from coursekit.comm import CommError
+    if comm.rank == 0:
+        comm.send(np.arange(5.0), 1, tag=tag)
+    if comm.rank != 1:
+        return None
+    errors, t0 = [], time.monotonic()
+    while True:
+        try:
+            return errors, comm.recv(0, tag=tag).tolist(), time.monotonic() - t0
+        except CommError as exc:
+            errors.append(str(exc))
+
+
+def _forged_frames():
+    """Frames an intruder without the comm's key might push, by name."""
+    from coursekit.comm import frames
+    from coursekit.comm.auth import FrameSealer
+    header = frames.encode(np.zeros(4), tag=7, source=0, inline=True)
+    wrong_key = FrameSealer(os.urandom(32), rank=0, size=4)
+    huge = bytearray(frames.encode(np.zeros(1), tag=7, source=0))
+    huge[16:24] = (2**62).to_bytes(8, "little")  # declares a 2**62-element array
+    return {
+        "garbage": [os.urandom(37)],
+        "well-formed, unsealed": [header],
+        "internal tag": [frames.encode(np.zeros(1), tag=40000, source=0, inline=True)],
+        "huge declared size": [bytes(huge), b"x" * 8],
+        "forged single-copy descriptor": [frames.encode_remote(np.zeros(1 << 16), tag=7,
+                                                               source=0, pid=1, message_id=1)],
+        "sealed with a wrong key": [wrong_key.seal(header, dest=1)],
+    }
+
+
+def test_frames_injected_into_an_engines_port_are_dropped_naming_the_sender(four):
+    address = four.run(call_with_comm, _own_address)[1]
+    ctx = zmq.Context()
+    intruder = ctx.socket(zmq.PUSH)
+    intruder.connect(address)
+    accepted = 0
+    try:
+        for name, parts in _forged_frames().items():
+            intruder.send_multipart(parts)
+            errors, got, waited = four.run(call_with_comm, _receive_twice, 7, timeout=30)[1]
+            assert len(errors) == 1, (name, errors)
+            assert errors[0].startswith("rank 1: dropped a frame from 127.0.0.1 that failed "
+                                        "authentication"), (name, errors)
+            accepted += got != list(np.arange(5.0))
+            assert waited < 5, (name, waited)  # dropped at once, not after a timeout
+    finally:
+        intruder.close(0)
+        ctx.term()
+    assert accepted == 0
+
+
+@interactive
+def _own_address(comm):
+    return comm.addresses[comm.rank]
+
+
+@interactive
+def _allreduce_forever(comm):
+    import numpy as np
+
+    from coursekit.collectives import allreduce
+    x = np.ones(1 << 16) * comm.rank
+    while True:
+        allreduce(comm, x, algorithm="ring")
+
+
+@interactive
+def _allreduce_once(comm):
+    import numpy as np
+
+    from coursekit.collectives import allreduce
+    return allreduce(comm, np.full(1000, comm.rank + 1.0), algorithm="ring")[:3].tolist()
+
+
+def test_an_interrupted_client_frees_the_engines_and_a_reset_comm_is_clean(four):
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        four.run(call_with_comm, _allreduce_forever, timeout=60)
+    timer.join()
+    assert time.monotonic() - t0 < 15  # the engines were interrupted, not waited for
+    assert len(four.run(os.getpid, timeout=5)) == 4  # free for the next cell at once
+    # the interrupted collective may have left messages in flight: the comm refuses use
+    with pytest.raises(EngineError, match=r"was interrupted in .*reset_comm\(cluster\)"):
+        four.run(call_with_comm, _allreduce_once, timeout=30)
+    reset_comm(four)
+    assert four.run(call_with_comm, _allreduce_once, timeout=30) == [[10.0] * 3] * 4
+
+
+def test_an_engine_killed_during_an_allreduce_is_named_and_nothing_is_left():
+    with cluster.start(n=3) as c:
+        setup_comm(c, timeout=3)
+        pids = c.run(os.getpid)
+        processes = [psutil.Process(pid) for pid in pids]
+        launched = time.monotonic()
+        killer = threading.Timer(1.0, os.kill, (pids[2], signal.SIGKILL))
+        killer.start()
+        with pytest.raises(EngineError) as failure:
+            c.run(call_with_comm, _allreduce_forever, timeout=60)
+        killer.join()
+        waited = time.monotonic() - launched
+        assert waited < 30, waited  # the comm timeout (3 s), not the run's 60 s
+        message = str(failure.value)
+        assert "rank 2" in message, message
+        assert "waiting for rank 2" in message or "engine died" in message.lower(), message
+    time.sleep(0.5)
+    assert not [p.pid for p in processes if p.is_running() and p.status() != "zombie"]
+    with cluster.start(n=2) as again:  # the next experiment
+        setup_comm(again, timeout=5)
+        assert again.run(call_with_comm, _allreduce_once, timeout=30) == [[3.0] * 3] * 2
