@@ -19,6 +19,7 @@ oversubscribe the cores and make timings noisy.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -71,14 +72,23 @@ def error_ranks(error) -> list:
     return [(ename, evalue, info) for ename, evalue, _tb, info in failures]
 
 
+_ENGINE_DIED = re.compile(r"Engine (\d+) died")
+
+
 def failure_lines(error, engine_ids) -> list[str]:
     """One line per distinct error of an ipyparallel remote error, naming the ranks that
     raised it: "ranks 0-3: Diverged: ..." rather than the same line once per rank."""
     ranks_of: dict[str, list] = {}
     for ename, evalue, info in error_ranks(error):
         engine_id = (info or {}).get("engine_id")
+        text = f"{ename}: {evalue}".rstrip(": ")
+        died = _ENGINE_DIED.match(str(evalue)) if ename == "EngineError" else None
+        if died:  # ipyparallel names the engine id, which need not be the rank
+            engine_id = int(died.group(1))
+            text = ("its engine process died while running the task (killed by a signal, "
+                    "out of memory, or a crash in native code)")
         rank = engine_ids.index(engine_id) if engine_id in engine_ids else None
-        ranks_of.setdefault(f"{ename}: {evalue}".rstrip(": "), []).append(rank)
+        ranks_of.setdefault(text, []).append(rank)
     return [f"{_rank_names(ranks)}{text}" for text, ranks in ranks_of.items()]
 
 
