@@ -169,3 +169,14 @@ def test_an_engine_killed_mid_run_is_named_and_nothing_is_left(work):
     with cluster.start(n=2) as again:  # the next experiment
         setup_comm(again, timeout=5)
         assert again.run(call_with_comm, _allreduce_once, timeout=30) == [[3.0] * 3] * 2
+
+
+def test_a_local_cluster_listens_on_loopback_only(four):
+    """Controller, schedulers, engines and their comms: no port another host can reach."""
+    controller = psutil.Process(four.ipp_cluster.controller.process.pid)
+    processes = [controller, *controller.children(recursive=True),
+                 *(psutil.Process(pid) for pid in four.run(os.getpid))]
+    listening = [(p.pid, c.laddr.ip, c.laddr.port) for p in processes
+                 for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    assert len(listening) >= 4 + 5, listening  # a comm port per engine + the controller's
+    assert {ip for _, ip, _ in listening} == {"127.0.0.1"}, listening
