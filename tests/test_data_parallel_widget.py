@@ -87,3 +87,11 @@ def test_experiments_and_their_plots(run):
         assert fig.axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes
                                 if ax.get_yticklabels()[0].get_text() != "rank 0")
     assert ex.measure_gamma(1 << 16, 2) > 0
+
+
+def test_a_live_update_without_spans_yet_keeps_its_labels_inside():
+    # the first updates carry losses but no step spans: nothing laid the figure out then,
+    # and the PNG cut the 'step' label off at its bottom edge
+    from coursekit.viz import figure_problems
+    data = [{"loss": [2.3, 2.1], "weight": [0.5, 0.5]}, {"loss": [2.2, 2.0], "weight": [0.5, 0.5]}]
+    assert figure_problems(w.plot_live(data), cropped_to_content=False) == []

@@ -151,7 +151,7 @@ def plot_live(data) -> Figure:
     """From the ranks' streamed data: the global batch loss so far (left) and the latest
     step's compute / communication spans of every rank (right)."""
     loss = live_loss(data)
-    fig = Figure(figsize=(10, 3))
+    fig = Figure(figsize=(10, 3), layout="constrained")
     ax_loss, ax_tl = fig.subplots(1, 2, width_ratios=[1, 1.6])
     ax_loss.plot(np.arange(1, loss.size + 1), loss, color=color("measured"), lw=1)
     ax_loss.set(xlabel="step", ylabel="batch loss")
