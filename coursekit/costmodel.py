@@ -45,6 +45,8 @@ from math import ceil, floor, log2
 
 import numpy as np
 
+from coursekit import checks
+
 
 def _lg(p):
     return ceil(log2(p)) if p > 1 else 0
@@ -114,22 +116,21 @@ def _check(collective, algorithm, p, nbytes):
                          f"{sorted({c for c, _ in FORMULAS})}")
     if algorithm not in algos:
         raise ValueError(f"unknown {collective} algorithm {algorithm!r}; allowed: {algos}")
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"p must be a positive int number of ranks, got {p!r}")
-    if np.any(np.asarray(nbytes) < 0):
-        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    checks.integer(p, "p", at_least=1, hint=" (the number of ranks, a positive int)")
+    return checks.real_array(nbytes, "nbytes", at_least=0)
 
 
 def predict(collective: str, algorithm: str, p: int, nbytes, alpha: float, beta: float,
             gamma: float = 0.0):
     """Predicted time (s) of ``collective`` with ``algorithm`` on p ranks for n = ``nbytes``.
 
-    ``nbytes`` may be an array (one prediction per size). alpha in s, beta and gamma in s/B.
+    ``nbytes`` may be an array (one prediction per size). alpha in s, beta and gamma in s/B:
+    finite numbers (a fitted alpha may come out slightly negative, so the sign is not checked).
     """
-    _check(collective, algorithm, p, nbytes)
-    return FORMULAS[collective, algorithm](int(p), np.asarray(nbytes, dtype=float) if
-                                           np.ndim(nbytes) else float(nbytes),
-                                           alpha, beta, gamma)
+    n = _check(collective, algorithm, p, nbytes)
+    alpha, beta, gamma = (checks.real(v, k) for k, v in
+                          (("alpha", alpha), ("beta", beta), ("gamma", gamma)))
+    return FORMULAS[collective, algorithm](int(p), n if n.ndim else float(n), alpha, beta, gamma)
 
 
 # ---- exact traffic ----------------------------------------------------------------------
@@ -271,6 +272,10 @@ _TRAFFIC = {
 }
 
 
+TRAFFIC_MAX_P = 4096
+"""The most ranks :func:`traffic` counts (about a second for Rabenseifner's counts)."""
+
+
 def traffic(collective: str, algorithm: str, p: int, nbytes: int, *, root: int = 0,
             itemsize: int = 1) -> Traffic:
     """Messages and bytes each rank sends in our implementation (``check=False``).
@@ -284,6 +289,11 @@ def traffic(collective: str, algorithm: str, p: int, nbytes: int, *, root: int =
     message of the whole result to the log2(p') rounds of the rest.
     """
     _check(collective, algorithm, p, nbytes)
+    checks.integer(p, "p", at_most=TRAFFIC_MAX_P, hint=" (counting every rank's messages is "
+                   "O(p^2) for some algorithms; predict() has the closed forms for any p)")
+    checks.integer(nbytes, "nbytes", at_least=0)
+    checks.integer(itemsize, "itemsize", at_least=1)
+    checks.integer(root, "root", at_least=0, at_most=p - 1)
     if nbytes % itemsize:
         raise ValueError(f"nbytes={nbytes} is not a multiple of itemsize={itemsize}")
     n = nbytes // itemsize
@@ -328,14 +338,12 @@ def fit(sizes, times) -> LinkFit:
     Weights every point by 1/t, i.e. fits relative errors, so that small messages (where
     alpha shows) count as much as large ones (where beta shows).
     """
-    n = np.asarray(sizes, dtype=float).ravel()
-    t = np.asarray(times, dtype=float).ravel()
+    n = checks.real_array(sizes, "sizes", at_least=0).ravel()
+    t = checks.real_array(times, "times", above=0).ravel()
     if n.shape != t.shape:
         raise ValueError(f"sizes and times need the same length, got {n.size} and {t.size}")
     if len(np.unique(n)) < 2:
         raise ValueError("fit needs at least two different message sizes")
-    if np.any(t <= 0) or np.any(n < 0):
-        raise ValueError("times must be > 0 and sizes >= 0")
     design = np.stack([np.ones_like(n), n], axis=1) / t[:, None]
     (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
     return LinkFit(float(alpha), float(beta))
@@ -364,4 +372,5 @@ def busbw(collective: str, p: int, nbytes, seconds):
     """Bus bandwidth in B/s (nccl-tests): algbw times the collective's factor."""
     if collective not in BUSBW_FACTOR:
         raise ValueError(f"unknown collective {collective!r}; allowed: {sorted(BUSBW_FACTOR)}")
+    checks.integer(p, "p", at_least=1, hint=" (the number of ranks)")
     return algbw(nbytes, seconds) * BUSBW_FACTOR[collective](p)

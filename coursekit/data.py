@@ -11,10 +11,11 @@
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
+
+from coursekit import checks
 
 __all__ = ["Dataset", "load_digits", "make_classification", "make_regression", "minibatches", "shard"]
 
@@ -41,18 +42,9 @@ class Dataset:
         )
 
 
-def _positive_int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name}={value}: must be >= {minimum}")
-    return int(value)
-
-
 def _split_standardize(name, X, y, n_classes, test_fraction, rng, dtype) -> Dataset:
     """Stratified (per class) or plain random split, then z-score with training statistics."""
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction={test_fraction!r}: must be strictly between 0 and 1")
+    checks.real(test_fraction, "test_fraction", above=0, below=1)
     n = len(X)
     if n_classes:
         test = np.concatenate(
@@ -82,8 +74,8 @@ def load_digits(test_fraction: float = 0.25, seed: int = 0, dtype=np.float32) ->
     """
     from sklearn.datasets import load_digits as _sk_digits
 
+    rng = checks.rng(seed)
     X, y = _sk_digits(return_X_y=True)
-    rng = np.random.default_rng(seed)
     return _split_standardize("digits", X.astype(np.float64), y.astype(np.int64), 10, test_fraction, rng, dtype)
 
 
@@ -102,10 +94,10 @@ def make_classification(
     Any two class means are about ``separation * sqrt(2)`` apart whatever ``n_features``
     is, against unit noise: ``separation`` sets how easy the problem is.
     """
-    n_samples = _positive_int(n_samples, "n_samples", 2)
-    n_features = _positive_int(n_features, "n_features")
-    n_classes = _positive_int(n_classes, "n_classes", 2)
-    rng = np.random.default_rng(seed)
+    n_samples = checks.integer(n_samples, "n_samples", at_least=2)
+    n_features = checks.integer(n_features, "n_features", at_least=1)
+    n_classes = checks.integer(n_classes, "n_classes", at_least=2)
+    rng = checks.rng(seed)
     means = rng.standard_normal((n_classes, n_features)) * (separation / np.sqrt(n_features))
     y = rng.integers(0, n_classes, n_samples)
     X = means[y] + rng.standard_normal((n_samples, n_features))
@@ -126,14 +118,22 @@ def make_regression(
 
     ``y`` has shape (n, n_outputs); the "mse" loss fits it.
     """
-    n_samples = _positive_int(n_samples, "n_samples", 2)
-    n_features = _positive_int(n_features, "n_features")
-    n_outputs = _positive_int(n_outputs, "n_outputs")
-    rng = np.random.default_rng(seed)
+    n_samples = checks.integer(n_samples, "n_samples", at_least=2)
+    n_features = checks.integer(n_features, "n_features", at_least=1)
+    n_outputs = checks.integer(n_outputs, "n_outputs", at_least=1)
+    rng = checks.rng(seed)
     A = rng.standard_normal((n_features, n_outputs)) / np.sqrt(n_features)
     X = rng.standard_normal((n_samples, n_features))
     y = X @ A + noise * rng.standard_normal((n_samples, n_outputs))
     return _split_standardize("regression", X, y, 0, test_fraction, rng, dtype)
+
+
+def _check_rows(X, y) -> None:
+    for name, arr in (("X", X), ("y", y)):
+        if not hasattr(arr, "__len__") or not hasattr(arr, "__getitem__"):
+            raise TypeError(f"{name} must be an array with one row per sample; got {arr!r:.60}")
+    if len(X) != len(y):
+        raise ValueError(f"X and y must have the same number of rows; got {len(X)} and {len(y)}")
 
 
 def shard(X, y, rank: int, size: int):
@@ -142,13 +142,11 @@ def shard(X, y, rank: int, size: int):
     The first ``n % size`` ranks get one extra row; the shards of all ranks, in rank order,
     concatenate back to (X, y). Returns views, not copies.
     """
-    size = _positive_int(size, "size")
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
-        raise TypeError(f"rank must be an integer; got {rank!r}")
+    size = checks.integer(size, "size", at_least=1)
+    checks.integer(rank, "rank", hint=" in [0, size)")
     if not 0 <= rank < size:
         raise ValueError(f"rank={rank}: must be in [0, size) = [0, {size})")
-    if len(X) != len(y):
-        raise ValueError(f"X and y must have the same number of rows; got {len(X)} and {len(y)}")
+    _check_rows(X, y)
     if size > len(X):
         raise ValueError(f"size={size} exceeds the number of rows ({len(X)}); some ranks would get no data")
     base, extra = divmod(len(X), size)
@@ -163,9 +161,8 @@ def minibatches(X, y, batch_size: int, rng: np.random.Generator | None = None):
     With ``rng`` the rows are shuffled first (one gather per epoch, then contiguous views,
     so the kernels get C-contiguous batches); without it they come in order.
     """
-    batch_size = _positive_int(batch_size, "batch_size")
-    if len(X) != len(y):
-        raise ValueError(f"X and y must have the same number of rows; got {len(X)} and {len(y)}")
+    batch_size = checks.integer(batch_size, "batch_size", at_least=1)
+    _check_rows(X, y)
     if rng is not None:
         order = rng.permutation(len(X))
         X, y = X[order], y[order]

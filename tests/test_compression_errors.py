@@ -76,7 +76,7 @@ def test_stochastic_compressors_need_a_generator():
 def test_threshold_must_be_positive():
     with pytest.raises(ValueError, match="threshold=0"):
         Threshold(0)
-    with pytest.raises(TypeError, match="threshold must be a positive number"):
+    with pytest.raises(TypeError, match="threshold must be a real number > 0"):
         Threshold(None)
 
 

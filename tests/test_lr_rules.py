@@ -31,7 +31,7 @@ def test_one_worker_is_the_serial_rate_for_every_rule():
     (dict(rule="cubic"), r"unknown learning-rate rule 'cubic'; allowed: constant, linear, sqrt, linear_warmup"),
     (dict(base_lr=0.0), r"base_lr=0.0: must be > 0"),
     (dict(n=0), r"n \(the batch scale\)=0: must be > 0"),
-    (dict(warmup_steps=-1), r"warmup_steps must be an integer >= 0"),
+    (dict(warmup_steps=-1), r"warmup_steps=-1: must be >= 0"),
 ])
 def test_bad_settings_are_rejected_clearly(kwargs, message):
     args = dict(base_lr=0.1, rule="linear", n=4, warmup_steps=0) | kwargs
@@ -40,5 +40,5 @@ def test_bad_settings_are_rejected_clearly(kwargs, message):
 
 
 def test_negative_step_is_rejected():
-    with pytest.raises(ValueError, match="step must be an integer >= 0"):
+    with pytest.raises(ValueError, match="step=-1: must be >= 0"):
         LRSchedule(0.1, "linear", 2)(-1)

@@ -87,19 +87,24 @@ def test_missing_duplicate_and_misplaced_actions():
     (("zb_h1", 3, 2), r"microbatches >= stages"),
     (("interleaved_1f1b", 4, 6, 2), "multiple of stages"),
     (("gpipe", 2, 4, 2), "chunks=2: only 'interleaved_1f1b'"),
-    (("gpipe", 0, 4), "stages must be a positive int"),
-    (("gpipe", 2, 0), "microbatches must be a positive int"),
-    (("interleaved_1f1b", 2, 4, 0), "chunks must be a positive int"),
-    (("gpipe", 2.0, 4), "stages must be a positive int"),
+    (("gpipe", 0, 4), "stages=0: must be >= 1"),
+    (("gpipe", 2, 0), "microbatches=0: must be >= 1"),
+    (("interleaved_1f1b", 2, 4, 0), "chunks=0: must be >= 1"),
+    (("gpipe", 64, 1024), r"64 x 1024 x 1 is too large .* at most 16384"),
 ])
 def test_bad_schedule_arguments(args, match):
     with pytest.raises(ValueError, match=match):
         schedule(*args)
 
 
+def test_schedule_sizes_of_the_wrong_type():
+    with pytest.raises(TypeError, match=r"stages must be an integer >= 1; got 2.0"):
+        schedule("gpipe", 2.0, 4)
+
+
 @pytest.mark.parametrize("kwargs,match", [
-    ({"t_f": -1.0}, "t_f must be a time >= 0"),
-    ({"p2p": float("nan")}, "p2p must be a time >= 0"),
+    ({"t_f": -1.0}, r"t_f=-1.0: must be >= 0 \(a time\)"),
+    ({"p2p": float("nan")}, r"p2p=nan: must be a finite number >= 0 \(a time\)"),
     ({"t_f": 0.0, "t_b": 0.0}, "all 0"),
 ])
 def test_bad_simulate_arguments(kwargs, match):

@@ -82,7 +82,7 @@ def test_scaling_efficiency_is_one_without_network_cost():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(grad_bytes=[1.0], backward_s=[0.1, 0.2]), "same non-empty"),
     (dict(grad_bytes=[0.0], backward_s=[0.1]), "grad_bytes must be > 0"),
-    (dict(grad_bytes=[1.0], backward_s=[-0.1]), "backward_s >= 0"),
+    (dict(grad_bytes=[1.0], backward_s=[-0.1]), "backward_s must be >= 0"),
     (dict(forward_s=-1.0), "forward_s"),
     (dict(batch=0), "batch"),
 ])

@@ -7,9 +7,15 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from coursekit import checks
+from coursekit.comm.base import Comm
+
 from . import fingerprint
 from .ops import OPS, get_op
 from .tags import COLLECTIVES
+
+_ABSENT = object()
+"""``prepare``'s default for root and op: the collective has none (None is a bad value)."""
 
 _SUPPORTED = tuple(np.dtype(s) for s in (
     "?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"))
@@ -94,7 +100,7 @@ class Call:
 
 
 def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm, x, *,
-            root=None, op=None, check: bool = True, min_ndim: int = 0,
+            root=_ABSENT, op=_ABSENT, check: bool = True, min_ndim: int = 0,
             array_on: str = "all", out=None) -> Call:
     """Check a collective's arguments on this rank and, with ``check``, across ranks.
 
@@ -108,13 +114,14 @@ def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm
     buffers everywhere (bcast non-roots must then pass a buffer). ``out``, when given, must
     be able to hold the result: a writable C-contiguous array of ``x``'s shape and dtype.
     """
+    check_comm(comm)
     problem = None
     impl = ufunc = arr = None
     try:
         impl = _algorithm(collective, algorithms, algorithm)
-        if op is not None:
+        if op is not _ABSENT:
             ufunc = get_op(op)
-        if root is not None:
+        if root is not _ABSENT:
             _check_root(root, comm.size)
         has_array = array_on == "all" or comm.rank == root or (array_on == "root+" and x is not None)
         if has_array:
@@ -148,6 +155,12 @@ def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm
         raise problem
     dtype, shape = fingerprint.agree(table, collective, list(algorithms), root, array_on)
     return Call(impl, arr, ufunc, dtype, shape)
+
+
+def check_comm(comm) -> None:
+    """TypeError unless ``comm`` is a Comm (a collective's first argument)."""
+    checks.instance(comm, "comm", Comm, " (the first argument: e.g. the comm that run_local "
+                    "passes, or engine_comm() on an engine)")
 
 
 def _algorithm(collective, algorithms, algorithm):

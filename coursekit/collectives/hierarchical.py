@@ -23,13 +23,12 @@ pass the same grouping.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
+from coursekit import checks
 from coursekit.comm.group import subcomm
 
-from ._base import chunk_bounds, prepare
+from ._base import check_comm, chunk_bounds, prepare
 from .allgather import ring_allgather
 from .allreduce import ALGORITHMS as ALLREDUCE_ALGORITHMS
 from .reduce_scatter import ring_reduce_scatter
@@ -51,12 +50,14 @@ def node_groups(size: int, *, ranks_per_node=None, nodes=None) -> list[list[int]
         raise ValueError("pass exactly one of ranks_per_node= (ranks are node-major) or "
                          "nodes= (one node label per rank, e.g. host names)")
     if ranks_per_node is not None:
-        if (isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, numbers.Integral)
-                or ranks_per_node < 1 or size % ranks_per_node):
-            raise ValueError(f"ranks_per_node={ranks_per_node!r} must be a positive divisor of "
-                             f"the {size} ranks")
-        k = int(ranks_per_node)
+        hint = f" (a divisor of the {size} ranks)"
+        k = checks.integer(ranks_per_node, "ranks_per_node", at_least=1, hint=hint)
+        if size % k:
+            raise ValueError(f"ranks_per_node={k} must be a positive divisor of the {size} ranks")
         return [list(range(s, s + k)) for s in range(0, size, k)]
+    if isinstance(nodes, str) or not hasattr(nodes, "__iter__"):
+        raise TypeError(f"nodes must be a sequence of node labels, one per rank (e.g. host "
+                        f"names); got {nodes!r}")
     labels = list(nodes)
     if len(labels) != size:
         raise ValueError(f"nodes has {len(labels)} labels for {size} ranks; give one per rank")
@@ -89,6 +90,7 @@ def hierarchical_allreduce(comm, x, op: str = "sum", *, ranks_per_node=None, nod
     ``inter`` is the inter-node allreduce algorithm (any of
     ``coursekit.collectives.ALGORITHMS["allreduce"]``).
     """
+    check_comm(comm)
     groups = node_groups(comm.size, ranks_per_node=ranks_per_node, nodes=nodes)
     if inter not in ALLREDUCE_ALGORITHMS:
         raise ValueError(f"unknown inter-node allreduce algorithm {inter!r}; allowed: "

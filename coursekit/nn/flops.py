@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coursekit import checks
 from coursekit.nn.layout import check_sizes
 
 __all__ = [
@@ -55,8 +56,7 @@ OVERFEAT_FAST_FC = (1024 * 6 * 6, 3072, 4096, 1000)
 def mlp_step_flops(sizes, batch: int) -> dict[str, int]:
     """Matrix-product FLOPs of one training step: {"forward", "backward", "total"}."""
     sizes = check_sizes(sizes)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch={batch!r}: must be an integer >= 1")
+    batch = checks.integer(batch, "batch", at_least=1)
     forward = 2 * batch * dense_macs(sizes)
     backward = 2 * forward - 2 * batch * sizes[0] * sizes[1]  # no G_prev for the first layer
     return {"forward": forward, "backward": backward, "total": forward + backward}

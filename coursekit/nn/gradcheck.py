@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
+
 __all__ = ["GradcheckResult", "gradcheck"]
 
 
@@ -64,17 +66,17 @@ def gradcheck(
     ``n_checks`` parameters are drawn at random (``seed``); ``None`` checks all of them.
     ``mlp`` itself is not modified.
     """
-    if not eps > 0:
-        raise ValueError(f"eps={eps!r}: must be > 0")
+    checks.real(eps, "eps", above=0)
+    if n_checks is not None:
+        checks.integer(n_checks, "n_checks", at_least=1, hint=" or None (all parameters)")
+    rng = checks.rng(seed)
     model = mlp.copy(dtype=np.float64)
     X, y = model.check_batch(X, y)
     _, analytic_all = model.loss_and_grad(X, y, validate=False)
     if n_checks is None or n_checks >= model.n_params:
         indices = np.arange(model.n_params)
-    elif n_checks < 1:
-        raise ValueError(f"n_checks={n_checks!r}: must be >= 1 or None (all parameters)")
     else:
-        indices = np.sort(np.random.default_rng(seed).choice(model.n_params, n_checks, replace=False))
+        indices = np.sort(rng.choice(model.n_params, n_checks, replace=False))
     w = model.params
     numeric = np.empty(len(indices))
     for k, i in enumerate(indices):

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.nn import layout
-from coursekit.nn.optim import SGD, _check_rate
+from coursekit.nn.optim import SGD
 
 __all__ = ["LARS", "mlp_segments"]
 
@@ -42,17 +43,18 @@ class LARS(SGD):
     def __init__(self, params: np.ndarray, lr: float = 0.1, momentum: float = 0.9,
                  weight_decay: float = 0.0, trust: float = 0.001, segments=None):
         super().__init__(params, lr)
-        self.momentum = _check_rate(momentum, "momentum", low_inclusive=True)
-        if self.momentum >= 1:
-            raise ValueError(f"momentum={momentum!r}: must be in [0, 1)")
-        self.weight_decay = _check_rate(weight_decay, "weight_decay", low_inclusive=True)
-        self.trust = _check_rate(trust, "trust", low_inclusive=False)
+        self.momentum = checks.real(momentum, "momentum", at_least=0, below=1)
+        self.weight_decay = checks.real(weight_decay, "weight_decay", at_least=0)
+        self.trust = checks.real(trust, "trust", above=0)
         segs = [(0, self.params.size, True)] if segments is None else list(segments)
         self._starts, self._lengths, self._adapt = self._check_segments(segs)
         self.velocity = np.zeros_like(self.params)
         self.last_ratios = np.ones(len(segs))
 
     def _check_segments(self, segs):
+        if not all(isinstance(seg, (tuple, list)) and len(seg) == 3 for seg in segs):
+            raise ValueError(f"segments must be (start, stop, adapt) triples, e.g. "
+                             f"mlp_segments(mlp.sizes); got {segs!r:.200}")
         stops = [0] + [stop for _, stop, _ in segs]
         starts = [start for start, _, _ in segs]
         if (not segs or starts != stops[:-1] or stops[-1] != self.params.size

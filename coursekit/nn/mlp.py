@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.nn import activations, kernels_cpu, layout
 
-__all__ = ["DEVICES", "LOSSES", "MLP", "Layer", "resolve_device"]
+__all__ = ["DEVICES", "LOSSES", "MLP", "Layer", "check_dtype", "resolve_device"]
 
 LOSSES = ("softmax_xent", "mse")
 DEVICES = ("cpu", "cuda", "auto")
@@ -54,12 +55,13 @@ def resolve_device(device: str) -> str:
     )
 
 
-def _check_dtype(dtype) -> np.dtype:
+def check_dtype(dtype) -> np.dtype:
+    """``dtype`` as a NumPy dtype if it is float32 or float64 (the buffers' types)."""
     try:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt not in DTYPES:
+    if dt is None or dt not in DTYPES:  # (None == float64 in NumPy: test it first)
         raise ValueError(f"dtype={dtype!r} is not supported; allowed: float32, float64")
     return dt
 
@@ -145,7 +147,7 @@ class MLP:
         if loss not in LOSSES:
             raise ValueError(f"loss={loss!r} is not supported; allowed: {', '.join(LOSSES)}")
         self.activation, self.loss = activation, loss
-        self.dtype = _check_dtype(dtype)
+        self.dtype = check_dtype(dtype)
         self.device = resolve_device(device)
         if self.device == "cuda":
             from coursekit.nn import kernels_cuda as backend
@@ -160,7 +162,7 @@ class MLP:
             Layer(s.index, W, b, activation if s.index < n_layers - 1 else "identity", s.slice, backend)
             for s, (W, b) in zip(layout.layer_slices(self.sizes), layout.views(self._params, self.sizes))
         ]
-        rng = np.random.default_rng(seed)
+        rng = checks.rng(seed)
         gain = 2.0 if activation == "relu" else 1.0
         for layer in self.layers:
             n_in = layer.W.shape[0]
@@ -300,12 +302,15 @@ class MLP:
             X, y = self.check_batch(X, y)
         if out is None:
             out = np.empty_like(self._params)
-        elif validate and (out.shape != self._params.shape or out.dtype != self.dtype
-                           or not out.flags.c_contiguous):
-            raise ValueError(
-                f"out must be a C-contiguous {self.dtype.name} array of shape {self._params.shape}; "
-                f"got {'' if out.flags.c_contiguous else 'a strided '}{out.dtype.name} {out.shape}"
-            )
+        elif validate:
+            want = (f"out must be a C-contiguous {self.dtype.name} array of shape "
+                    f"{self._params.shape}")
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"{want}; got {type(out).__name__}")
+            if (out.shape != self._params.shape or out.dtype != self.dtype
+                    or not out.flags.c_contiguous):
+                raise ValueError(f"{want}; got {'' if out.flags.c_contiguous else 'a strided '}"
+                                 f"{out.dtype.name} {out.shape}")
         b = self._backend
         kernel = b.loss_and_grad_xent if self.loss == "softmax_xent" else b.loss_and_grad_mse
         loss = kernel(self._params, out, self._sizes_arr, self._act, X, y)

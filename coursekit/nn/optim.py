@@ -11,23 +11,12 @@ workers, then step) and lets a parameter-server shard run the same optimizer on 
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
+from coursekit import checks
 from coursekit.nn import kernels_cpu
 
 __all__ = ["SGD", "Momentum", "make_optimizer"]
-
-
-def _check_rate(value, name: str, low_inclusive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {value!r}")
-    ok = (value >= 0 if low_inclusive else value > 0) and np.isfinite(value)
-    if not ok:
-        bound = ">= 0" if low_inclusive else "> 0"
-        raise ValueError(f"{name}={value!r}: must be finite and {bound}")
-    return float(value)
 
 
 def _check_buffer(params) -> np.ndarray:
@@ -43,9 +32,12 @@ class SGD:
 
     def __init__(self, params: np.ndarray, lr: float = 0.1):
         self.params = _check_buffer(params)
-        self.lr = _check_rate(lr, "lr", low_inclusive=False)
+        self.lr = checks.real(lr, "lr", above=0)
 
     def _check_grad(self, grad) -> None:
+        if not isinstance(grad, np.ndarray):
+            raise TypeError(f"grad must be a NumPy array matching params ({self.params.dtype} "
+                            f"{self.params.shape}); got {type(grad).__name__}")
         if grad.shape != self.params.shape or grad.dtype != self.params.dtype:
             raise ValueError(
                 f"grad must match params ({self.params.dtype} {self.params.shape}); "
@@ -62,9 +54,7 @@ class Momentum(SGD):
 
     def __init__(self, params: np.ndarray, lr: float = 0.1, momentum: float = 0.9):
         super().__init__(params, lr)
-        self.momentum = _check_rate(momentum, "momentum", low_inclusive=True)
-        if self.momentum >= 1:
-            raise ValueError(f"momentum={momentum!r}: must be in [0, 1)")
+        self.momentum = checks.real(momentum, "momentum", at_least=0, below=1)
         self.velocity = np.zeros_like(self.params)
 
     def step(self, grad: np.ndarray) -> None:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from coursekit.data import _positive_int, minibatches
+from coursekit import checks
+from coursekit.data import minibatches
+from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import make_optimizer
 
 __all__ = ["History", "train"]
@@ -65,8 +67,15 @@ def train(
     ``seed`` (int or Generator) drives the per-epoch shuffling. ``callback(history)`` runs
     after every epoch with the curves so far (for live plots). ``progress`` shows a tqdm bar.
     """
-    epochs = _positive_int(epochs, "epochs")
-    batch_size = _positive_int(batch_size, "batch_size")
+    checks.instance(model, "model", MLP, " (coursekit.nn.MLP)")
+    epochs = checks.integer(epochs, "epochs", at_least=1)
+    batch_size = checks.integer(batch_size, "batch_size", at_least=1)
+    if optimizer is not None and not callable(getattr(optimizer, "step", None)):
+        raise TypeError(f"optimizer must have a step(grad) method (e.g. coursekit.nn.SGD); "
+                        f"got {optimizer!r:.60}")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function callback(history) or None; got {callback!r}")
+    rng = checks.rng(seed)
     X, y = model.check_batch(X, y)  # once for the whole data set; batches skip the checks
     has_test = X_test is not None
     if has_test != (y_test is not None):
@@ -75,7 +84,6 @@ def train(
         X_test = model.check_inputs(X_test)
     if optimizer is None:
         optimizer = make_optimizer(model.params, lr, momentum)
-    rng = np.random.default_rng(seed)
     labels = y if y.ndim == 1 else np.argmax(y, axis=1)
     grad = np.empty_like(model.params)
     step_loss, curves = [], {"train_loss": [], "train_accuracy": [], "test_accuracy": []}

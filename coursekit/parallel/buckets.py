@@ -22,13 +22,12 @@ more alpha; that is the trade-off the notebook's bucket slider shows).
 
 from __future__ import annotations
 
-import math
-import numbers
 import queue
 import threading
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.collectives import allreduce
 from coursekit.comm.trace import now
 
@@ -43,10 +42,9 @@ def make_buckets(n_params: int, itemsize: int, bucket_mb: float) -> list[slice]:
     Bucket 0 is the last slice of the buffer (the last layer's gradient, ready first).
     Every bucket holds at least one element. ValueError for a size <= 0.
     """
-    if isinstance(bucket_mb, bool) or not isinstance(bucket_mb, numbers.Real) \
-            or not math.isfinite(bucket_mb) or bucket_mb <= 0:
-        raise ValueError(f"bucket_mb must be a number of megabytes > 0 (e.g. 0.25, 1, 25), got "
-                         f"{bucket_mb!r}; use bucket_mb=None to send the gradient in one piece")
+    checks.real(bucket_mb, "bucket_mb", above=0, hint=" (megabytes, e.g. 0.25, 1, 25; use "
+                "bucket_mb=None to send the gradient in one piece)")
+    checks.integer(itemsize, "itemsize", at_least=1)
     per_bucket = max(1, int(bucket_mb * MB) // itemsize)
     bounds = list(range(n_params, 0, -per_bucket)) + [0]
     return [slice(lo, hi) for hi, lo in zip(bounds[:-1], bounds[1:])]

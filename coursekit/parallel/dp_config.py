@@ -7,15 +7,13 @@ checks that need the number of workers N are in :meth:`DPConfig.check_workers`.
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
+from coursekit import checks
 from coursekit.collectives import ALGORITHMS
+from coursekit.nn import activations
 from coursekit.nn.layout import check_sizes
-from coursekit.nn.mlp import LOSSES
+from coursekit.nn.mlp import LOSSES, check_dtype
 
 from .lr_rules import check_rule
 
@@ -25,20 +23,6 @@ EXCHANGES = ("allreduce", "ps", "average")
 """allreduce: sum the gradients with an allreduce; ps: reduce them to a parameter server
 (rank 0), which steps and broadcasts the parameters; average: local SGD, every worker
 steps on its own gradient and the parameters are averaged every ``average_every`` steps."""
-
-
-def _int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
-    return int(value)
-
-
-def _real(value, name: str, minimum: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number; got {value!r}")
-    if value < minimum or (strict and value == minimum):
-        raise ValueError(f"{name}={value!r}: must be {'>' if strict else '>='} {minimum:g}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -91,59 +75,57 @@ class DPConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "sizes", check_sizes(self.sizes))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype).name)
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be float32 or float64; got {self.dtype!r}")
+        object.__setattr__(self, "dtype", check_dtype(self.dtype).name)
+        activations.activation_code(self.activation, "activation",
+                                    activations.HIDDEN_ACTIVATIONS)
         if self.loss not in LOSSES:
             raise ValueError(f"loss={self.loss!r} is not supported; allowed: {', '.join(LOSSES)}")
-        _int(self.batch_size, "batch_size (the global batch, split over the workers)", 1)
-        _int(self.epochs, "epochs", 1)
+        checks.integer(self.seed, "seed", at_least=0)
+        checks.integer(self.batch_size, "batch_size", at_least=1,
+                       hint=" (the global batch, split over the workers)")
+        checks.integer(self.epochs, "epochs", at_least=1)
         if self.max_steps is not None:
-            _int(self.max_steps, "max_steps", 1)
-        _real(self.lr, "lr", 0.0, strict=True)
+            checks.integer(self.max_steps, "max_steps", at_least=1, hint=" or None")
+        checks.real(self.lr, "lr", above=0)
         check_rule(self.lr_rule)
-        _int(self.warmup_steps, "warmup_steps", 0)
-        _real(self.momentum, "momentum", 0.0, strict=False)
-        if self.momentum >= 1:
-            raise ValueError(f"momentum={self.momentum!r}: must be in [0, 1)")
+        checks.integer(self.warmup_steps, "warmup_steps", at_least=0)
+        checks.real(self.momentum, "momentum", at_least=0, below=1)
         if self.exchange not in EXCHANGES:
             raise ValueError(f"unknown exchange {self.exchange!r}; allowed: {', '.join(EXCHANGES)}")
         if self.algorithm not in ALGORITHMS["allreduce"]:
             raise ValueError(f"unknown allreduce algorithm {self.algorithm!r}; allowed: "
                              f"{', '.join(ALGORITHMS['allreduce'])}")
-        _int(self.average_every, "average_every", 1)
+        checks.integer(self.average_every, "average_every", at_least=1)
         if self.bucket_mb is not None:
-            _real(self.bucket_mb, "bucket_mb (MB per gradient bucket; None = one piece)",
-                  0.0, strict=True)
+            checks.real(self.bucket_mb, "bucket_mb (MB per gradient bucket; None = one piece)",
+                        above=0)
             if self.exchange != "allreduce":
                 raise ValueError(f"bucket_mb applies to exchange='allreduce' only (got "
                                  f"exchange={self.exchange!r}); use bucket_mb=None")
-        _real(self.slow_factor, "slow_factor", 1.0, strict=False)
+        checks.boolean(self.overlap, "overlap")
+        checks.real(self.slow_factor, "slow_factor", at_least=1)
         if (self.crash_rank is None) != (self.crash_step is None):
             raise ValueError("give both crash_rank and crash_step, or neither")
-        if self.crash_step is not None:
-            _int(self.crash_step, "crash_step", 0)
-        _int(self.checkpoint_every, "checkpoint_every", 0)
+        for name in ("straggler_rank", "crash_rank", "crash_step"):
+            if getattr(self, name) is not None:
+                checks.integer(getattr(self, name), name, at_least=0, hint=" or None")
+        checks.integer(self.checkpoint_every, "checkpoint_every", at_least=0)
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
-        _int(self.eval_every, "eval_every", 0)
-        _int(self.timeline_steps, "timeline_steps", 0)
-        _real(self.publish_interval, "publish_interval", 0.0, strict=False)
+        checks.integer(self.eval_every, "eval_every", at_least=0)
+        checks.integer(self.timeline_steps, "timeline_steps", at_least=0)
+        checks.real(self.publish_interval, "publish_interval", at_least=0)
 
     def check_workers(self, n_workers) -> int:
         """N itself; ValueError when this run cannot use N workers."""
-        if isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral) \
-                or n_workers < 1:
-            raise ValueError(f"the number of workers must be a positive integer; got "
-                             f"{n_workers!r}")
+        checks.integer(n_workers, "n_workers", at_least=1, hint=" (the number of workers)")
         if self.batch_size < n_workers:
             raise ValueError(f"batch_size={self.batch_size} is smaller than the number of "
                              f"workers ({n_workers}): every worker needs at least one example "
                              f"per step; use batch_size >= {n_workers} or fewer workers")
         for name in ("straggler_rank", "crash_rank"):
             rank = getattr(self, name)
-            if rank is not None and not (isinstance(rank, numbers.Integral)
-                                         and 0 <= rank < n_workers):
+            if rank is not None and not 0 <= rank < n_workers:
                 raise ValueError(f"{name}={rank!r} is not a worker: allowed 0..{n_workers - 1}")
         return int(n_workers)
 

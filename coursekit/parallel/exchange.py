@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from coursekit import costmodel
+from coursekit import checks, costmodel
 from coursekit.collectives import allreduce, bcast, reduce
 
 from .buckets import BucketReducer, make_buckets, ready_after_layer
@@ -143,6 +143,12 @@ class Exchange:
             self.reducer.close()
 
 
+def _check(exchange: str, average_every) -> None:
+    if exchange not in ("allreduce", "ps", "average"):
+        raise ValueError(f"unknown exchange {exchange!r}; allowed: allreduce, ps, average")
+    checks.integer(average_every, "average_every", at_least=1)
+
+
 def _collectives(exchange: str, algorithm: str) -> list[tuple[str, str]]:
     if exchange == "ps":
         return [("reduce", "linear"), ("bcast", "linear")]
@@ -157,8 +163,9 @@ def predict_comm(exchange: str, algorithm: str, p: int, nbytes: int, alpha: floa
     ``bucket_bytes``: allreduce the gradient in buckets of at most that size (one call
     each, so each pays the latency terms again).
     """
-    if exchange not in ("allreduce", "ps", "average"):
-        raise ValueError(f"unknown exchange {exchange!r}; allowed: allreduce, ps, average")
+    _check(exchange, average_every)
+    if bucket_bytes is not None:
+        checks.integer(bucket_bytes, "bucket_bytes", at_least=1, hint=" or None (one piece)")
     if p == 1:
         return 0.0
     pieces = [nbytes] if bucket_bytes is None else \
@@ -171,8 +178,7 @@ def predict_comm(exchange: str, algorithm: str, p: int, nbytes: int, alpha: floa
 def predict_bytes_sent(exchange: str, algorithm: str, p: int, nbytes: int, itemsize: int,
                        average_every: int = 1) -> np.ndarray:
     """Bytes each rank sends per step (averaged over k steps for "average"); exact."""
-    if exchange not in ("allreduce", "ps", "average"):
-        raise ValueError(f"unknown exchange {exchange!r}; allowed: allreduce, ps, average")
+    _check(exchange, average_every)
     sent = sum(costmodel.traffic(c, a, p, nbytes, root=PS_ROOT, itemsize=itemsize).nbytes
                for c, a in _collectives(exchange, algorithm))
     return np.asarray(sent, float) / (average_every if exchange == "average" else 1)

@@ -23,8 +23,9 @@ linear_warmup     eta * (1 + (N - 1) * t / T_w)  for t < T_w, then eta * N
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
+
+from coursekit import checks
 
 __all__ = ["RULES", "LRSchedule", "check_rule", "scaled_lr"]
 
@@ -36,20 +37,6 @@ def check_rule(rule) -> str:
     if not isinstance(rule, str) or rule not in RULES:
         raise ValueError(f"unknown learning-rate rule {rule!r}; allowed: {', '.join(RULES)}")
     return rule
-
-
-def _check_number(value, name: str, minimum: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite real number; got {value!r}")
-    if value < minimum or (strict and value == minimum):
-        raise ValueError(f"{name}={value!r}: must be {'>' if strict else '>='} {minimum:g}")
-    return float(value)
-
-
-def _check_count(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0; got {value!r}")
-    return int(value)
 
 
 def scaled_lr(base_lr: float, rule: str, n: float, step: int = 0, warmup_steps: int = 0) -> float:
@@ -71,10 +58,10 @@ class LRSchedule:
     warmup_steps: int = 0
 
     def __post_init__(self):
-        _check_number(self.base_lr, "base_lr", 0.0, strict=True)
+        checks.real(self.base_lr, "base_lr", above=0)
         check_rule(self.rule)
-        _check_number(self.n, "n (the batch scale)", 0.0, strict=True)
-        _check_count(self.warmup_steps, "warmup_steps")
+        checks.real(self.n, "n (the batch scale)", above=0)
+        checks.integer(self.warmup_steps, "warmup_steps", at_least=0)
 
     @property
     def peak(self) -> float:
@@ -84,7 +71,7 @@ class LRSchedule:
         return self.base_lr * factor
 
     def __call__(self, step: int) -> float:
-        step = _check_count(step, "step")
+        step = checks.integer(step, "step", at_least=0)
         if self.rule == "linear_warmup" and step < self.warmup_steps:
             return self.base_lr * (1 + (self.n - 1) * step / self.warmup_steps)
         return self.peak

@@ -7,25 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.nn import layout
+from coursekit.nn.mlp import check_dtype
 from coursekit.parallel.ps_consistency import MODELS
 from coursekit.parallel.ps_protocol import shard_ranges
 
-
-def _int(value, name: str, low: int, what: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name}={value}: must be >= {low}{what}")
-    return int(value)
-
-
-def _seconds(value, name: str, allow_zero: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) \
-            or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name}={value!r}: must be a finite number of seconds "
-                         f"{'>= 0' if allow_zero else '> 0'}")
-    return float(value)
+_SECONDS = " (seconds)"
 
 
 @dataclass(frozen=True)
@@ -79,47 +67,43 @@ class PSConfig:
     def __post_init__(self):
         if self.model not in MODELS:
             raise ValueError(f"model={self.model!r}: allowed {MODELS}")
-        s = _int(self.staleness, "staleness", 0, " (a bound on how many clocks a worker may "
-                 "run ahead of the slowest; 0 is BSP)")
+        s = checks.integer(self.staleness, "staleness", at_least=0, hint=" (a bound on how many "
+                           "clocks a worker may run ahead of the slowest; 0 is BSP)")
         if s and self.model != "ssp":
             raise ValueError(f"staleness={s} applies to model='ssp' only "
                              f"(got model={self.model!r})")
-        _int(self.n_workers, "n_workers", 1, " (a parameter server needs at least one worker)")
+        checks.integer(self.n_workers, "n_workers", at_least=1,
+                       hint=" (a parameter server needs at least one worker)")
         object.__setattr__(self, "sizes", layout.check_sizes(self.sizes))
+        checks.integer(self.n_servers, "n_servers", hint=" (shards, at least one)")
         shard_ranges(self.n_params, self.n_servers)  # ValueError for more shards than params
         for name in ("steps", "batch_size", "n_fetch", "n_push", "eval_every"):
-            _int(getattr(self, name), name, 1)
+            checks.integer(getattr(self, name), name, at_least=1)
         if self.model != "asp" and (self.n_fetch, self.n_push) != (1, 1):
             raise ValueError("n_fetch and n_push apply to model='asp' only (Downpour); "
                              f"model={self.model!r} fetches and pushes every step")
-        if _int(self.warmup, "warmup", 0) > self.steps:
+        if checks.integer(self.warmup, "warmup", at_least=0) > self.steps:
             raise ValueError(f"warmup={self.warmup} exceeds steps={self.steps}")
         if self.model == "bsp" and self.warmup:
             raise ValueError("warmup applies to 'ssp' and 'asp'; BSP is synchronous throughout")
-        for name in ("lr", "momentum"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a real number, got {value!r}")
-        if not (self.lr > 0 and np.isfinite(self.lr)):
-            raise ValueError(f"lr={self.lr!r}: must be finite and > 0")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum={self.momentum!r}: must be in [0, 1)")
-        if np.dtype(self.dtype) not in (np.float32, np.float64):
-            raise ValueError(f"dtype={self.dtype!r}: allowed 'float32', 'float64'")
-        worker_timeout = _seconds(self.worker_timeout, "worker_timeout", False)
-        _seconds(self.timeout, "timeout", False)
-        _seconds(self.jitter, "jitter", True)
+        checks.real(self.lr, "lr", above=0)
+        checks.real(self.momentum, "momentum", at_least=0, below=1)
+        check_dtype(self.dtype)
+        checks.integer(self.seed, "seed", at_least=0)
+        worker_timeout = checks.real(self.worker_timeout, "worker_timeout", above=0, hint=_SECONDS)
+        checks.real(self.timeout, "timeout", above=0, hint=_SECONDS)
+        checks.real(self.jitter, "jitter", at_least=0, hint=_SECONDS)
         for w, delay in self._per_worker("straggler").items():
-            if _seconds(delay, f"straggler[{w}]", True) >= worker_timeout:
+            if checks.real(delay, f"straggler[{w}]", at_least=0, hint=_SECONDS) >= worker_timeout:
                 raise ValueError(f"straggler[{w}]={delay} s per step would get worker {w} declared "
                                  f"lost (worker_timeout={worker_timeout} s); raise worker_timeout")
         for w, step in self._per_worker("crash").items():
-            _int(step, f"crash[{w}]", 0)
+            checks.integer(step, f"crash[{w}]", at_least=0)
             if step >= self.steps:
                 raise ValueError(f"crash[{w}]={step}: must be a step in 0..{self.steps - 1}")
-        if not isinstance(self.crash_kills, bool):
-            raise TypeError(f"crash_kills must be True or False, got {self.crash_kills!r}")
-        if _int(self.checkpoint_every, "checkpoint_every", 0) or self.resume:
+        checks.boolean(self.crash_kills, "crash_kills")
+        checks.boolean(self.resume, "resume")
+        if checks.integer(self.checkpoint_every, "checkpoint_every", at_least=0) or self.resume:
             if not self.checkpoint_dir:
                 raise ValueError("checkpoint_every > 0 and resume=True need a checkpoint_dir")
 

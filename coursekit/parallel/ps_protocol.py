@@ -44,8 +44,9 @@ def shard_ranges(n_params: int, n_servers: int) -> list[tuple[int, int]]:
     if isinstance(n_servers, bool) or not isinstance(n_servers, (int, np.integer)) or n_servers < 1:
         raise ValueError(f"n_servers must be a positive int, got {n_servers!r}")
     if n_servers > n_params:
-        raise ValueError(f"{n_servers} server shards for {n_params} parameters: every shard needs "
-                         f"at least one parameter, so use at most {n_params} servers")
+        raise ValueError(f"n_servers={n_servers}: {n_servers} server shards for {n_params} "
+                         f"parameters: every shard needs at least one parameter, so use at "
+                         f"most {n_params} servers")
     base, extra = divmod(n_params, n_servers)
     bounds = np.cumsum([0] + [base + (k < extra) for k in range(n_servers)])
     return [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.collectives import allgather, allreduce
+from coursekit.collectives._base import check_comm
 from coursekit.nn import activations, layout, reference
+from coursekit.nn.mlp import MLP
 
 from .pipeline import execute, schedule
 
@@ -46,6 +49,8 @@ class TensorParallelMLP:
     """
 
     def __init__(self, comm, mlp):
+        check_comm(comm)
+        checks.instance(mlp, "mlp", MLP, " (coursekit.nn.MLP)")
         self.comm, self.mlp, p, r = comm, mlp, comm.size, comm.rank
         self.shards = []  # (kind, W_r, b_r or b, activation)
         for layer in mlp.layers:

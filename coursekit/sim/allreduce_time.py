@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from coursekit import costmodel
+from coursekit import checks, costmodel
 
 from .network import Network
 
@@ -79,11 +79,10 @@ _FORMULAS = {"ring": _ring, "tree": _tree, "hierarchical": _hierarchical}
 
 def allreduce_time(net: Network, nbytes, algorithm: str = "ring"):
     """Seconds to allreduce ``nbytes`` (scalar or array) per worker on ``net``."""
+    checks.instance(net, "net", Network)
     if algorithm not in _FORMULAS:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}; allowed: {ALGORITHMS}")
-    n = np.asarray(nbytes, dtype=float)
-    if np.any(n < 0) or not np.all(np.isfinite(n)):
-        raise ValueError(f"nbytes must be finite and >= 0, got {nbytes!r}")
+    n = checks.real_array(nbytes, "nbytes", at_least=0)
     if net.p == 1:
         return np.zeros_like(n) if n.ndim else 0.0
     out = _FORMULAS[algorithm](net, n if n.ndim else float(n))

@@ -10,29 +10,17 @@ Ranks are numbered node-major: rank r lives on node ``r // ranks_per_node``.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["Network"]
+from coursekit import checks
 
+__all__ = ["MAX_WORKERS", "Network"]
 
-def positive_int(value, name: str) -> int:
-    """``value`` as an int >= 1, else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def positive_real(value, name: str, *, zero_ok: bool = False) -> float:
-    """``value`` as a finite float > 0 (or >= 0 with ``zero_ok``), else a ValueError."""
-    ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
-          and np.isfinite(value) and (value >= 0 if zero_ok else value > 0))
-    if not ok:
-        bound = ">= 0" if zero_ok else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
+MAX_WORKERS = 1 << 24
+"""The most workers a Network may have: the closed forms are O(1), but stragglers draw one
+factor per worker and the tree's rounds index every rank (16 M workers take ~1 s)."""
 
 
 @dataclass(frozen=True)
@@ -49,12 +37,14 @@ class Network:
     nics_per_node: int = 1
 
     def __post_init__(self):
-        positive_int(self.ranks_per_node, "ranks_per_node")
-        positive_int(self.nodes, "nodes")
-        positive_int(self.nics_per_node, "nics_per_node")
+        for name in ("ranks_per_node", "nodes", "nics_per_node"):
+            checks.integer(getattr(self, name), name, at_least=1)
+        if self.p > MAX_WORKERS:
+            raise ValueError(f"ranks_per_node x nodes = {self.ranks_per_node} x {self.nodes} "
+                             f"workers; allowed at most {MAX_WORKERS}")
         for name in ("alpha_intra", "beta_intra", "alpha_inter", "beta_inter"):
-            positive_real(getattr(self, name), name)
-        positive_real(self.gamma, "gamma", zero_ok=True)
+            checks.real(getattr(self, name), name, above=0)
+        checks.real(self.gamma, "gamma", at_least=0)
 
     @classmethod
     def from_bandwidths(cls, ranks_per_node: int, nodes: int, *, intra_latency: float,
@@ -64,9 +54,9 @@ class Network:
         """Build from latencies (s) and bandwidths (B/s); ``reduce_bandwidth`` None = free op."""
         bw = {"intra_bandwidth": intra_bandwidth, "inter_bandwidth": inter_bandwidth}
         for name, value in bw.items():
-            positive_real(value, name)
-        gamma = 0.0 if reduce_bandwidth is None else 1.0 / positive_real(
-            reduce_bandwidth, "reduce_bandwidth")
+            checks.real(value, name, above=0)
+        gamma = 0.0 if reduce_bandwidth is None else 1.0 / checks.real(
+            reduce_bandwidth, "reduce_bandwidth", above=0)
         return cls(ranks_per_node, nodes, intra_latency, 1.0 / intra_bandwidth, inter_latency,
                    1.0 / inter_bandwidth, gamma, nics_per_node)
 
@@ -91,4 +81,4 @@ class Network:
 
     def with_nodes(self, nodes: int) -> "Network":
         """The same machine with another number of nodes."""
-        return replace(self, nodes=positive_int(nodes, "nodes"))
+        return replace(self, nodes=nodes)

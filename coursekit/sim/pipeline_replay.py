@@ -18,12 +18,12 @@ match their sends whatever the order.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
+from coursekit import checks
 from coursekit.parallel.pipeline import Schedule, validate
 
-from .network import Network, positive_real
+from .network import Network
 from .replay import Compute, Recv, Replay, Send, replay
 
 __all__ = ["PipelineReplay", "programs_from_schedule", "replay_schedule"]
@@ -38,19 +38,15 @@ def _tag(direction: int, sender_stage: int, mb: int, sched: Schedule) -> int:
 def programs_from_schedule(sched: Schedule, t_f: float = 1.0, t_b: float = 1.0,
                            t_w: float = 0.0, activation_bytes: int = 0) -> list[list]:
     """One replay program per pipeline rank (the schedule is validated first)."""
-    times = {"t_f": t_f, "t_b": t_b, "t_w": t_w}
-    for name, value in times.items():
-        positive_real(value, name, zero_ok=True)
+    t_f, t_b, t_w = (checks.real(value, name, at_least=0, hint=" (a time)") for name, value
+                     in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w)))
     if t_f + t_b + t_w == 0:
         raise ValueError("t_f, t_b and t_w are all 0: give the actions some duration")
-    if (isinstance(activation_bytes, bool) or not isinstance(activation_bytes, numbers.Integral)
-            or activation_bytes < 0):
-        raise ValueError(f"activation_bytes must be an integer >= 0, got {activation_bytes!r}")
+    n = checks.integer(activation_bytes, "activation_bytes", at_least=0)
     validate(sched)
     v = sched.chunks
     seconds = {"F": t_f / v, "B": (t_b if sched.split_backward else t_b + t_w) / v,
                "W": t_w / v}
-    n = int(activation_bytes)
     programs = []
     for acts in sched.actions:
         ops = []
@@ -84,6 +80,8 @@ class PipelineReplay:
 def replay_schedule(sched: Schedule, net: Network, t_f: float = 1.0, t_b: float = 1.0,
                     t_w: float = 0.0, activation_bytes: int = 0) -> PipelineReplay:
     """Replay ``sched`` on ``net`` (one network rank per pipeline rank, node-major)."""
+    checks.instance(sched, "sched", Schedule)
+    checks.instance(net, "net", Network)
     if net.p != sched.stages:
         raise ValueError(f"the schedule has {sched.stages} pipeline ranks but the network has "
                          f"{net.p} ({net.nodes} nodes x {net.ranks_per_node}); they must match")

@@ -28,6 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from coursekit import checks
+
 from .network import Network
 
 __all__ = ["Compute", "Deadlock", "Recv", "Replay", "Send", "programs_from_traces", "replay"]
@@ -81,18 +83,22 @@ def programs_from_traces(traces) -> list[list]:
 
 
 def _check(programs, net: Network) -> None:
+    checks.instance(net, "net", Network)
     if len(programs) != net.p:
         raise ValueError(f"{len(programs)} programs for a network of {net.p} ranks "
                          f"({net.nodes} nodes x {net.ranks_per_node})")
     for r, prog in enumerate(programs):
         for op in prog:
-            peer = op.dst if isinstance(op, Send) else getattr(op, "src", None)
             if isinstance(op, Compute):
-                if not op.seconds >= 0:
-                    raise ValueError(f"rank {r}: compute time must be >= 0, got {op.seconds!r}")
-            elif not isinstance(op, (Send, Recv)):
+                checks.real(op.seconds, f"rank {r}: compute time", at_least=0)
+                continue
+            if not isinstance(op, (Send, Recv)):
                 raise TypeError(f"rank {r}: unknown op {op!r}; use Compute, Send or Recv")
-            elif not 0 <= peer < net.p or peer == r:
+            peer = checks.integer(op.dst if isinstance(op, Send) else op.src,
+                                  f"rank {r}: the other rank of {op!r}")
+            if isinstance(op, Send):
+                checks.integer(op.nbytes, f"rank {r}: nbytes of {op!r}", at_least=0)
+            if not 0 <= peer < net.p or peer == r:
                 raise ValueError(f"rank {r}: {op!r} names rank {peer}; allowed: other ranks "
                                  f"0..{net.p - 1}")
 

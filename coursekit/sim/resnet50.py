@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
+
 from .network import Network
 from .step import Workload
 
@@ -82,9 +84,14 @@ def workload(batch: int = 64, images_per_s: float = 218.0, update_s: float = 0.0
     """One worker's step: FP32 gradient bytes in backward order; compute time per layer
     proportional to its MACs (backward = 2 x forward), scaled so that one worker trains
     ``images_per_s`` at this ``batch`` (batch norm and ReLU time folded into the convs)."""
+    checks.integer(batch, "batch", at_least=1)
+    checks.real(images_per_s, "images_per_s", above=0)
+    step_s = batch / images_per_s
+    checks.real(update_s, "update_s", at_least=0, below=step_s,
+                hint=f" (less than the whole step, batch / images_per_s = {step_s:g} s)")
     table = layers()
     macs = np.array([layer.macs for layer in table], dtype=float)
-    per_mac = (batch / images_per_s - update_s) / (3 * macs.sum())
+    per_mac = (step_s - update_s) / (3 * macs.sum())
     grads, backward = [], []
     for layer, m in zip(reversed(table), macs[::-1]):
         for i, n in enumerate(reversed(layer.tensors)):

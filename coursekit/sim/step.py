@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
+
 from .allreduce_time import ALGORITHMS, allreduce_time
-from .network import Network, positive_int, positive_real
+from .network import Network
 
 __all__ = ["StepResult", "Stragglers", "Workload", "buckets", "scaling", "simulate_step"]
 
@@ -47,18 +49,16 @@ class Workload:
     batch: int
 
     def __post_init__(self):
-        g = np.asarray(self.grad_bytes, dtype=float)
-        b = np.asarray(self.backward_s, dtype=float)
+        g = checks.real_array(self.grad_bytes, "grad_bytes", above=0)
+        b = checks.real_array(self.backward_s, "backward_s", at_least=0)
         if g.ndim != 1 or g.shape != b.shape or g.size == 0:
             raise ValueError(f"grad_bytes and backward_s need the same non-empty 1-D shape; "
                              f"got {g.shape} and {b.shape}")
-        if np.any(g <= 0) or np.any(b < 0) or not np.all(np.isfinite(g + b)):
-            raise ValueError("grad_bytes must be > 0 and backward_s >= 0 (finite)")
         object.__setattr__(self, "grad_bytes", g)
         object.__setattr__(self, "backward_s", b)
-        positive_real(self.forward_s, "forward_s", zero_ok=True)
-        positive_real(self.update_s, "update_s", zero_ok=True)
-        positive_int(self.batch, "batch")
+        checks.real(self.forward_s, "forward_s", at_least=0)
+        checks.real(self.update_s, "update_s", at_least=0)
+        checks.integer(self.batch, "batch", at_least=1)
 
     @property
     def compute_s(self) -> float:
@@ -67,7 +67,7 @@ class Workload:
 
     def scaled(self, batch: int) -> "Workload":
         """The same model at another per-worker batch: compute scales linearly."""
-        f = positive_int(batch, "batch") / self.batch
+        f = checks.integer(batch, "batch", at_least=1) / self.batch
         return Workload(self.name, self.grad_bytes, self.backward_s * f, self.forward_s * f,
                         self.update_s, batch)
 
@@ -84,12 +84,10 @@ class Stragglers:
     seed: int = 0
 
     def __post_init__(self):
-        if not 0 <= self.fraction <= 1:
-            raise ValueError(f"fraction must be in [0, 1], got {self.fraction!r}")
-        if not self.slowdown >= 1:
-            raise ValueError(f"slowdown must be >= 1 (a factor on compute time), got "
-                             f"{self.slowdown!r}")
-        positive_real(self.jitter, "jitter", zero_ok=True)
+        checks.real(self.fraction, "fraction", at_least=0, at_most=1)
+        checks.real(self.slowdown, "slowdown", at_least=1, hint=" (a factor on compute time)")
+        checks.real(self.jitter, "jitter", at_least=0)
+        checks.integer(self.seed, "seed", at_least=0)
 
     def factors(self, p: int) -> np.ndarray:
         rng = np.random.default_rng(self.seed)
@@ -100,9 +98,9 @@ class Stragglers:
 
 def buckets(grad_bytes, fusion_bytes: float) -> np.ndarray:
     """Index of the last tensor of every bucket (tensors packed in order, >= fusion_bytes)."""
-    if not fusion_bytes >= 0:
-        raise ValueError(f"fusion_bytes must be >= 0 (0: no fusion), got {fusion_bytes!r}")
-    g = np.asarray(grad_bytes, dtype=float)
+    checks.real(fusion_bytes, "fusion_bytes", at_least=0, finite=False,
+                hint=" (0: no fusion; inf: one bucket)")
+    g = checks.real_array(grad_bytes, "grad_bytes", above=0)
     if fusion_bytes == 0:
         return np.arange(g.size)
     ends, filled = [], 0.0
@@ -156,9 +154,13 @@ def simulate_step(work: Workload, net: Network, *, algorithm: str = "ring",
                   fusion_bytes: float = 64 * 2**20, overlap: bool = True, fp16: bool = False,
                   launch_s: float = 0.0, stragglers: Stragglers | None = None) -> StepResult:
     """Simulate one step of ``work`` on every worker of ``net`` (see the module docstring)."""
+    checks.instance(work, "work", Workload)
+    checks.instance(net, "net", Network)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}; allowed: {ALGORITHMS}")
-    positive_real(launch_s, "launch_s", zero_ok=True)
+    checks.real(launch_s, "launch_s", at_least=0)
+    if stragglers is not None:
+        checks.instance(stragglers, "stragglers", Stragglers, " or None")
     slow = float(stragglers.factors(net.p).max()) if stragglers else 1.0
     ready = slow * (work.forward_s + np.cumsum(work.backward_s))
     ends = buckets(work.grad_bytes, fusion_bytes)
@@ -182,7 +184,10 @@ def simulate_step(work: Workload, net: Network, *, algorithm: str = "ring",
 def scaling(work: Workload, net: Network, nodes, **options) -> dict:
     """Throughput and efficiency for every node count in ``nodes`` (other options as in
     :func:`simulate_step`). Efficiency = throughput / (p x one worker without communication)."""
-    counts = [positive_int(m, "nodes") for m in nodes]
+    if isinstance(nodes, str) or not hasattr(nodes, "__iter__"):
+        raise TypeError(f"nodes must be a sequence of node counts, e.g. [1, 2, 4, 8]; got "
+                        f"{nodes!r}")
+    counts = [checks.integer(m, "nodes", at_least=1) for m in nodes]
     steps = [simulate_step(work, net.with_nodes(m), **options) for m in counts]
     gpus = np.array([s.p for s in steps])
     throughput = np.array([s.throughput for s in steps])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.collectives import FUNCTIONS
 from coursekit.collectives.hierarchical import hierarchical_allreduce
 from coursekit.comm import run_local
@@ -29,7 +30,10 @@ def trace_collective(p: int, nbytes: int, algorithm: str = "ring", *,
 
     ``algorithm="hierarchical"`` runs :func:`hierarchical_allreduce` with ``ranks_per_node``.
     """
-    if nbytes < 4 or nbytes % 4:
+    if collective not in FUNCTIONS:
+        raise ValueError(f"unknown collective {collective!r}; allowed: {', '.join(FUNCTIONS)}")
+    checks.integer(nbytes, "nbytes", at_least=4, hint=" (a multiple of 4: float32 items)")
+    if nbytes % 4:
         raise ValueError(f"nbytes must be a positive multiple of 4 (float32), got {nbytes!r}")
     traces = run_local(_run, p, collective, algorithm, nbytes // 4, ranks_per_node)
     return programs_from_traces(traces)

@@ -120,15 +120,6 @@ def check_int(value, name: str, low: int, high: int) -> int:
     return int(value)
 
 
-def as_generator(rng) -> np.random.Generator:
-    """A np.random.Generator from a Generator or an int seed (stochastic compressors)."""
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
-        return np.random.default_rng(int(rng))
-    raise TypeError(f"rng must be a np.random.Generator or an int seed, got {rng!r}")
-
-
 def join(*arrays: np.ndarray) -> np.ndarray:
     """Concatenate the raw bytes of ``arrays`` into one uint8 payload."""
     return np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays])

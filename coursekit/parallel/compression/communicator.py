@@ -32,6 +32,8 @@ from .memory import NoMemory
 
 TAG = 600  # allgatherv's message tag (user tags stay below coursekit.collectives.TAG_BASE)
 COLLECTIVES = ("allreduce", "allgather", "powersgd")
+_SAME = ("every rank must pass a gradient of the same shape and dtype, with the same kind of "
+         "compressor")
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,15 @@ def allgatherv(comm, data: np.ndarray) -> list[np.ndarray]:
     return blocks
 
 
+def _allreduce(comm, data: np.ndarray, algorithm: str) -> np.ndarray:
+    """Sum ``data`` over the ranks; check=False (the sizes are not compared before they move:
+    the model counts no fingerprint), so a mismatch shows up as a receive of the wrong size."""
+    try:
+        return allreduce(comm, data, algorithm=algorithm, check=False)
+    except ValueError as err:
+        raise ValueError(f"exchange: the ranks' payloads do not match ({err}); {_SAME}") from err
+
+
 def _allreduce_wire(comm, nbytes: int, itemsize: int, algorithm: str) -> int:
     traffic = costmodel.traffic("allreduce", algorithm, comm.size, nbytes, itemsize=itemsize)
     return int(traffic.nbytes[comm.rank])
@@ -91,7 +102,7 @@ def exchange(comm, grad: np.ndarray, compressor, memory=None, *,
 
         def average(a):
             wire.append(_allreduce_wire(comm, a.nbytes, a.itemsize, algorithm))
-            return allreduce(comm, a, algorithm=algorithm, check=False) / p
+            return _allreduce(comm, a, algorithm) / p
 
         mean, sent, nbytes = compressor.rounds(x, average)
         memory.update(x, sent)
@@ -99,14 +110,18 @@ def exchange(comm, grad: np.ndarray, compressor, memory=None, *,
     payload = compressor.compress(x)
     sent = compressor.decompress(payload)
     if collective == "allreduce":
-        total = allreduce(comm, payload.data, algorithm=algorithm, check=False)
+        total = _allreduce(comm, payload.data, algorithm)
         mean = compressor.decompress(Compressed(total, x.shape, x.dtype)) / p
         wire = _allreduce_wire(comm, payload.nbytes, payload.data.itemsize, algorithm)
     else:
         blocks = allgatherv(comm, payload.data)
         mean = np.zeros(x.shape, x.dtype)
-        for block in blocks:  # the same order on every rank: bit-identical means
-            mean += compressor.decompress(Compressed(block, x.shape, x.dtype))
+        for k, block in enumerate(blocks):  # the same order on every rank: bit-identical means
+            try:
+                mean += compressor.decompress(Compressed(block, x.shape, x.dtype))
+            except (ValueError, IndexError) as err:
+                raise ValueError(f"exchange: rank {k}'s payload does not fit this rank's gradient "
+                                 f"{x.dtype}{x.shape} ({err}); {_SAME}") from err
         mean /= p
         wire = sum(b.nbytes for b in blocks) - blocks[(comm.rank + 1) % p].nbytes if p > 1 else 0
     memory.update(x, sent)

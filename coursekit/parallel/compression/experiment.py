@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coursekit import live
-from coursekit.data import _positive_int, load_digits, shard
+from coursekit import checks, live
+from coursekit.data import load_digits, shard
 from coursekit.nn import MLP, SGD
 from coursekit.comm import first_ranks
 
@@ -53,9 +53,10 @@ class Setup:
             raise ValueError(f"unknown compressor {self.compressor!r}; allowed: "
                              f"{', '.join(COMPRESSORS)}")
         for name in ("epochs", "batch_size", "hidden"):
-            _positive_int(getattr(self, name), name)
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr!r} must be > 0")
+            checks.integer(getattr(self, name), name, at_least=1)
+        checks.real(self.lr, "lr", above=0)
+        checks.integer(self.seed, "seed", at_least=0)
+        checks.boolean(self.error_feedback, "error_feedback")
         # a bad value fails here, in the notebook, not later on every engine (the workers
         # check PowerSGD's rank again against the real layer sizes)
         make_compressor(self.compressor, self.value, sizes=(self.hidden,) * 3)
@@ -230,7 +231,8 @@ def train(p: int, setup: Setup, *, cluster=None, data=None, on_update=None,
     ``on_update(data)``: called with the workers' published progress (one dict per rank,
     ``data[r]["test_accuracy"]`` the curve so far) while the run is going.
     """
-    p = _positive_int(p, "p")
+    p = checks.integer(p, "p", at_least=1)
+    checks.instance(setup, "setup", Setup)
     if cluster is None:
         handle = live.start_local(train_worker, p, setup, data, exchanger, timeout=timeout)
     else:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from coursekit import checks
+
 
 class NoMemory:
     """No error feedback: compensate(g) = g; what compression drops is lost."""
@@ -50,4 +52,4 @@ class ErrorFeedback(NoMemory):
 
 def make_memory(error_feedback: bool) -> NoMemory:
     """ErrorFeedback() when ``error_feedback`` else NoMemory()."""
-    return ErrorFeedback() if error_feedback else NoMemory()
+    return ErrorFeedback() if checks.boolean(error_feedback, "error_feedback") else NoMemory()

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from coursekit import checks
+
 from . import bitpack
-from .base import Compressor, as_generator, check_int, join, split
+from .base import Compressor, check_int, join, split
 
 FP16_MAX = float(np.finfo(np.float16).max)
 
@@ -84,7 +86,7 @@ class LevelQuantizer(Compressor):
             raise ValueError(f"norm={norm!r}: allowed 'max' or 'l2'")
         self.norm, self.stochastic = norm, bool(stochastic)
         self.unbiased = self.stochastic
-        self._rng = as_generator(rng) if stochastic else None
+        self._rng = checks.rng(rng, "rng") if stochastic else None
         self.width = int(np.ceil(np.log2(2 * self.levels + 1)))
 
     def variance_bound(self, n: int) -> float | None:

@@ -20,11 +20,11 @@ Compression, ICLR 2018). Random-k's variance is (n/k - 1) x_i^2 per element.
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from .base import INDEX, Compressor, as_generator, check_ratio, join, split
+from coursekit import checks
+
+from .base import INDEX, Compressor, check_ratio, join, split
 
 
 def keep_count(n: int, ratio: float) -> int:
@@ -78,7 +78,7 @@ class RandomK(Sparse):
 
     def __init__(self, ratio: float = 0.01, *, rng):
         self.ratio = check_ratio(ratio)
-        self._rng = as_generator(rng)
+        self._rng = checks.rng(rng, "rng")
 
     def variance_bound(self, n: int) -> float:
         """omega = n / k - 1 (each kept element's variance is (n/k - 1) x_i^2)."""
@@ -97,11 +97,7 @@ class Threshold(Sparse):
     name = "threshold"
 
     def __init__(self, threshold: float = 0.1):
-        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-            raise TypeError(f"threshold must be a positive number, got {threshold!r}")
-        if not (threshold > 0 and np.isfinite(threshold)):
-            raise ValueError(f"threshold={threshold!r}: must be a finite number > 0")
-        self.threshold = float(threshold)
+        self.threshold = checks.real(threshold, "threshold", above=0)
 
     def select(self, x):
         idx = np.flatnonzero(np.abs(x) >= self.threshold)

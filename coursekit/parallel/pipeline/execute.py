@@ -20,9 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.comm.trace import now
 from coursekit.collectives.tags import TAG_BASE
 from coursekit.nn import activations, reference
+from coursekit.nn.mlp import MLP
 
 from .play import Span
 from .schedule_type import Schedule
@@ -47,6 +49,7 @@ class StepResult:
 
 def stage_layers(n_layers: int, n_stages: int) -> list[range]:
     """Layer indices of every stage; ValueError unless the stages split the layers evenly."""
+    n_stages = checks.integer(n_stages, "n_stages", at_least=1, hint=" (pipeline stages)")
     if n_layers % n_stages:
         allowed = [d for d in range(1, n_layers + 1) if n_layers % d == 0]
         raise ValueError(f"{n_stages} pipeline stages (ranks x chunks) cannot split the MLP's "
@@ -64,6 +67,7 @@ def _tag(direction: int, stage: int, mb: int, m: int) -> int:
 def execute(comm, schedule: Schedule, mlp, X, y) -> StepResult:
     """Run ``schedule`` on this rank (``comm.rank``) for the batch (X, y); see the module doc."""
     validate(schedule)
+    checks.instance(mlp, "mlp", MLP, " (coursekit.nn.MLP)")
     p, m, S = schedule.stages, schedule.microbatches, schedule.n_stages
     if comm.size != p:
         raise ValueError(f"the schedule has {p} ranks but the comm has {comm.size}; they must match")

@@ -11,10 +11,15 @@ no communication cost the idle ("bubble") time of every rank is
 
 from __future__ import annotations
 
+from coursekit import checks
+
 from .actions import B, F, W
 from .schedule_type import Schedule
 
 NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1")
+MAX_WORK = 1 << 14
+"""The most stages x microbatches x chunks a schedule may have (every one is an action to
+build, validate and play in Python; this many take about half a second)."""
 
 
 def gpipe(p: int, m: int) -> list[list]:
@@ -87,16 +92,18 @@ def schedule(name: str, stages: int, microbatches: int, chunks: int = 1) -> Sche
 
     ``chunks`` (v) > 1 only for "interleaved_1f1b". Allowed: stages >= 1; microbatches >= 1
     for "gpipe", >= stages for "1f1b" and "zb_h1" (fewer leave no steady 1F1B phase: use
-    GPipe), a multiple of stages for "interleaved_1f1b" (micro-batches go in groups of p).
+    GPipe), a multiple of stages for "interleaved_1f1b" (micro-batches go in groups of p);
+    stages x microbatches x chunks <= :data:`MAX_WORK`.
     """
     from .validate import validate
 
     if name not in NAMES:
         raise ValueError(f"unknown schedule {name!r}; allowed: {', '.join(NAMES)}")
-    for arg, value in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{arg} must be a positive int, got {value!r}")
-    p, m, v = stages, microbatches, chunks
+    p, m, v = (checks.integer(value, arg, at_least=1) for arg, value in
+               (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)))
+    if p * m * v > MAX_WORK:
+        raise ValueError(f"stages x microbatches x chunks = {p} x {m} x {v} is too large to "
+                         f"simulate action by action: allowed at most {MAX_WORK}")
     if name != "interleaved_1f1b" and v != 1:
         raise ValueError(f"chunks={v}: only 'interleaved_1f1b' puts several model chunks on a "
                          f"rank; use chunks=1 for {name!r}")

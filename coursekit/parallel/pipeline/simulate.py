@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
+
 from .play import Span, play
 from .schedule_type import Schedule
 from .validate import validate
@@ -63,9 +65,8 @@ def peak_activations(sched: Schedule) -> np.ndarray:
 def simulate(schedule: Schedule, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 0.0,
              p2p: float = 0.0) -> SimResult:
     """Play ``schedule`` (validated first) with the given action times; see the module doc."""
-    for name, value in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w), ("p2p", p2p)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{name} must be a time >= 0, got {value!r}")
+    t_f, t_b, t_w, p2p = (checks.real(value, name, at_least=0, hint=" (a time)") for name, value
+                          in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w), ("p2p", p2p)))
     if t_f + t_b + t_w == 0:
         raise ValueError("t_f, t_b and t_w are all 0: give the actions some duration")
     validate(schedule)

@@ -15,6 +15,7 @@ each stage s and for each micro-batch i:
 
 from __future__ import annotations
 
+from coursekit import checks
 
 from .actions import COMM, KINDS, Action
 from .play import Deadlock, play
@@ -27,6 +28,8 @@ class ScheduleError(ValueError):
 
 def validate(sched: Schedule) -> Schedule:
     """Return ``sched`` unchanged if it is possible, else raise :class:`ScheduleError`."""
+    checks.instance(sched, "schedule", Schedule, " (e.g. from schedule(name, stages, "
+                    "microbatches) or Schedule.from_compute)")
     p, m, n_stages = sched.stages, sched.microbatches, sched.n_stages
     if len(sched.actions) != p:
         raise ScheduleError(f"{sched.name}: {len(sched.actions)} action lists for {p} ranks; "
