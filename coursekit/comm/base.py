@@ -21,7 +21,7 @@ import numpy as np
 
 from . import frames
 from .errors import ANY_SOURCE, ANY_TAG, MAX_TAG, CommError, CommTimeout, peer_name, tag_name
-from .trace import Message, describe, now, verbose_enabled
+from .trace import Message, Trace, describe, now, verbose_enabled
 
 BARRIER_TAG = MAX_TAG + 1
 """Internal tags start here (``BARRIER_TAG + round``); ANY_TAG never matches them."""
@@ -89,7 +89,7 @@ class Comm:
         self.size = size
         self.timeout = timeout
         self.tracing = bool(trace)
-        self.trace: list[Message] = []
+        self.trace: Trace = Trace()  # the newest trace.MAX_MESSAGES messages
         self.closed = False
         self.interrupted: str | None = None  # the operation a KeyboardInterrupt broke off
         self._ready = True  # open and not interrupted: the fast argument checks read this

@@ -43,7 +43,8 @@ class _World:
 
 class ThreadComm(QueuedComm):
     """One rank of an in-process world. Build a world with :meth:`world` or use
-    :func:`coursekit.comm.run_local`. Traces by default."""
+    :func:`coursekit.comm.run_local`. Traces by default, into a bounded
+    :class:`~coursekit.comm.trace.Trace` (the newest ``trace.MAX_MESSAGES`` messages)."""
 
     def __init__(self, world: _World, rank: int, *, timeout: float = 30.0, trace: bool = True):
         super().__init__(rank, world.size, timeout=timeout, trace=trace)

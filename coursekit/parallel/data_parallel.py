@@ -14,7 +14,8 @@ tests check that sync allreduce training on 1, 2, 3, 4 ranks gives the parameter
 means every step waits for the slowest worker (:mod:`.spans` injects a straggler), and a
 worker that dies stops the run: the others time out waiting for it, and
 :func:`train_cluster` names it. :mod:`.checkpoint` saves every k steps; ``resume=True``
-continues from the newest complete checkpoint and gives the uninterrupted run's parameters.
+continues from the newest complete checkpoint whose files are intact (damaged ones are
+skipped with a warning) and gives the uninterrupted run's parameters.
 
 Run it on ThreadComm ranks with :func:`train_local` or on engines with
 :func:`train_cluster`; both return a :class:`DPResult`. Set ``config.bucket_mb`` to
@@ -28,7 +29,7 @@ from collections import deque
 
 import numpy as np
 
-from coursekit import live
+from coursekit import checks, live
 from coursekit.comm import run_local
 from coursekit.comm.trace import now
 from coursekit.datafile import as_source
@@ -110,7 +111,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
 
     ``data``: a row source of :mod:`coursekit.datafile` (each worker reads only its rows),
     an ``(X, y)`` pair or a packed file's path. ``eval_data``: ``(X_test, y_test)`` for the
-    test accuracy on rank 0. ``resume``: start from the newest complete checkpoint.
+    test accuracy on rank 0. ``resume``: start from the newest complete, intact checkpoint.
     ``gradient_sum``: another way to sum the gradients (see :class:`.exchange.Exchange`),
     e.g. :func:`coursekit.parallel.compression.experiment.dp_gradient_sum`.
     """
@@ -132,14 +133,14 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     window = max(start, total - cfg.timeline_steps)
     kept_spans: deque = deque()
     evals: list[tuple[int, float]] = []
-    was_tracing, mark = comm.tracing, len(comm.trace)
+    was_tracing, mark = comm.tracing, comm.trace.total
     exchange = Exchange(comm, cfg, mlp, opt, rec, gradient_sum)
     try:
         for i, step in enumerate(range(start, total)):
             if rank == cfg.crash_rank and step == cfg.crash_step:
                 _crash(rank, step)
             if step == window:
-                comm.tracing, mark = True, len(comm.trace)
+                comm.tracing, mark = True, comm.trace.total
             t0 = now()
             rows, weight[i] = sampler.local(step, rank, n)
             X, y = source.rows(rows)
@@ -167,9 +168,9 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     finally:
         exchange.close()
         reporter.close()
-        trace = list(comm.trace[mark:]) if comm.tracing else []
+        trace = comm.trace.since(mark) if comm.tracing else []
         if not was_tracing:
-            del comm.trace[mark:]
+            comm.trace.forget_since(mark)
         comm.tracing = was_tracing
     ev = np.array(evals, dtype=float).reshape(-1, 2)
     return RankResult(rank, start, mlp.params.copy(), loss, weight, lr, step_s, compute_s, io_s,
@@ -205,7 +206,7 @@ def train_local(config: DPConfig, data, n_workers: int, eval_data=None, *, resum
     ``on_update(data)`` / ``progress``: follow the run live (:func:`coursekit.live.follow`).
     A failing worker raises its own error, prefixed with its rank.
     """
-    n = config.check_workers(n_workers)
+    n = checks.instance(config, "config", DPConfig).check_workers(n_workers)
     if on_update is None and not progress:
         results = run_local(train_worker, n, config, data, eval_data, resume=resume,
                             gradient_sum=gradient_sum, timeout=timeout)
@@ -237,6 +238,7 @@ def train_cluster(cluster, config: DPConfig, data, eval_data=None, *, workers: i
     """
     import ipyparallel as ipp
 
+    checks.instance(config, "config", DPConfig)
     check_may_kill(cluster, config.crash_rank is not None, "crash_rank (a data-parallel "
                    "crash ends its engine process)")
     n = config.check_workers(cluster.size if workers is None else workers)
