@@ -65,3 +65,39 @@ def test_float32_model_runs_in_float32():
     run = run_pipeline(schedule("1f1b", 2, 4), mlp, X, y)
     assert run.grad.dtype == np.float32
     np.testing.assert_allclose(run.grad, mlp.loss_and_grad(X, y)[1], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,p,m,v", CASES)
+def test_recomputation_gives_the_same_gradient_for_less_memory_and_one_more_forward(name, p, m, v):
+    mlp = MLP([6, 7, 8, 7, 8, 7, 8, 7, 5], dtype=np.float64, seed=3)  # 8 layers
+    X, y = batch()
+    sched = schedule(name, p, m, chunks=v)
+    kept, again = run_pipeline(sched, mlp, X, y), run_pipeline(sched, mlp, X, y, recompute=True)
+    np.testing.assert_array_equal(again.grad, kept.grad)  # the same numbers, bit for bit
+    assert again.loss == kept.loss
+    layers_per_rank = 8 // p
+    assert kept.layer_forwards == [layers_per_rank * m] * p
+    assert again.layer_forwards == [2 * layers_per_rank * m] * p  # each stage's forward twice
+    assert all(a <= k for a, k in zip(again.peak_activation_bytes, kept.peak_activation_bytes))
+    if layers_per_rank > 1 and min(p, m) > 1:  # rank 0 holds several micro-batches at once
+        assert again.peak_activation_bytes[0] < kept.peak_activation_bytes[0]
+
+
+def test_recomputation_memory_follows_the_formula_for_gpipe():
+    """One stage, GPipe, 4 micro-batches of 4 rows: without recomputation every layer output
+    of every micro-batch is held at once, n (w_0 + ... + w_k); with it the stage inputs of
+    all micro-batches, n w_0, plus one micro-batch's other outputs while it is recomputed."""
+    widths = [6, 7, 8, 7, 5]
+    mlp = MLP(widths, dtype=np.float64, seed=3)
+    X, y = batch(n=16)
+    sched = schedule("gpipe", 1, 4)
+    kept = run_pipeline(sched, mlp, X, y).peak_activation_bytes[0]
+    again = run_pipeline(sched, mlp, X, y, recompute=True).peak_activation_bytes[0]
+    assert kept == 16 * sum(widths) * 8
+    assert again == 16 * widths[0] * 8 + 4 * sum(widths[1:]) * 8
+
+
+def test_recompute_must_be_a_bool():
+    mlp = MLP([6, 8, 5], dtype=np.float64, seed=0)
+    with pytest.raises(TypeError, match="recompute must be True or False"):
+        run_pipeline(schedule("gpipe", 1, 2), mlp, *batch(), recompute="yes")

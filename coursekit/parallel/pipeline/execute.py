@@ -12,6 +12,13 @@ the gradients of all micro-batches simply add up to the whole batch's gradient:
 F runs each layer's ``forward``; an unsplit B runs each layer's fused ``backward`` kernel;
 a split backward (ZB-H1) does B: delta = G * sigma'(A), G_prev = delta W^T, and later
 W: dW += A_prev^T delta, db += sum(delta), in NumPy (layers compute Z = A_prev W + b).
+
+Activation recomputation (``recompute=True``, "gradient checkpointing"): F keeps only each
+stage's input A^0 of a micro-batch, not the outputs of the stage's k layers; B runs the
+stage's forward again from A^0 before its backward. Activation memory per in-flight
+micro-batch drops from n_i (w_0 + w_1 + ... + w_k) to n_i w_0 values (w_j: layer widths),
+compute grows by one forward of the stage (k more layer forwards per micro-batch), and the
+gradients are bit for bit the same (the same forward, the same numbers).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ class StepResult:
     loss: float
     grad: np.ndarray
     timeline: list[Span]
+    peak_activation_bytes: int = 0  # most activation bytes this rank held at once
+    layer_forwards: int = 0         # layer forwards run, recomputed ones included
 
 
 def stage_layers(n_layers: int, n_stages: int) -> list[range]:
@@ -64,8 +73,10 @@ def _tag(direction: int, stage: int, mb: int, m: int) -> int:
     return (2 * stage + direction) * m + mb
 
 
-def execute(comm, schedule: Schedule, mlp, X, y) -> StepResult:
-    """Run ``schedule`` on this rank (``comm.rank``) for the batch (X, y); see the module doc."""
+def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> StepResult:
+    """Run ``schedule`` on this rank (``comm.rank``) for the batch (X, y); see the module doc
+    (``recompute``: activation recomputation)."""
+    recompute = checks.boolean(recompute, "recompute")
     validate(schedule)
     checks.instance(mlp, "mlp", MLP, " (coursekit.nn.MLP)")
     p, m, S = schedule.stages, schedule.microbatches, schedule.n_stages
@@ -87,12 +98,25 @@ def execute(comm, schedule: Schedule, mlp, X, y) -> StepResult:
     grad = np.zeros_like(mlp.params)
     inputs, out_grads, acts, deltas = {}, {}, {}, {}  # keyed by (stage, micro-batch)
     loss, spans = 0.0, []
+    memory = {"peak": 0, "forwards": 0}
 
-    def forward(s, i):
-        a = [X[rows[i]] if s == 0 else inputs.pop((s, i))]
+    def note_held():
+        held = {id(a): a.nbytes for kept in acts.values() for a in kept}
+        memory["peak"] = max(memory["peak"], sum(held.values()))
+
+    def stage_forward(s, a0):
+        a = [a0]
         for l in stages[s]:
             a.append(mlp.layers[l].forward(a[-1]))
+        memory["forwards"] += len(stages[s])
+        return a
+
+    def forward(s, i):
+        a = stage_forward(s, X[rows[i]] if s == 0 else inputs.pop((s, i)))
         acts[s, i] = a
+        note_held()
+        if recompute:
+            acts[s, i] = a[:1]  # the stage's input only: B recomputes the rest
         if s == S - 1:
             c, g = loss_fn(a[-1], y[rows[i]])
             w = len(rows[i]) / N
@@ -102,7 +126,11 @@ def execute(comm, schedule: Schedule, mlp, X, y) -> StepResult:
         return 0.0
 
     def backward(s, i):
-        g, a = out_grads.pop((s, i)), acts[s, i]
+        g = out_grads.pop((s, i))
+        if recompute:
+            acts[s, i] = stage_forward(s, acts[s, i][0])
+            note_held()
+        a = acts[s, i]
         keep = []
         for k, l in reversed(list(enumerate(stages[s]))):
             layer, need_input = mlp.layers[l], l > 0
@@ -148,7 +176,7 @@ def execute(comm, schedule: Schedule, mlp, X, y) -> StepResult:
             out_grads[s, i] = comm.recv(schedule.rank_of(s + 1), _tag(1, s, i, m))
         if act.is_compute:
             spans.append(Span(rank, act, t0, now()))
-    return StepResult(rank, float(loss), grad, spans)
+    return StepResult(rank, float(loss), grad, spans, memory["peak"], memory["forwards"])
 
 
 @dataclass(frozen=True)
@@ -156,23 +184,30 @@ class PipelineRun:
     """A whole pipelined step gathered from all ranks (see :func:`run_pipeline`).
 
     ``timeline[r]``: rank r's measured Spans in seconds from the earliest start, directly
-    comparable with ``simulate(...).timeline``.
+    comparable with ``simulate(...).timeline``; ``peak_activation_bytes[r]`` and
+    ``layer_forwards[r]``: rank r's (see :class:`StepResult`).
     """
 
     loss: float
     grad: np.ndarray
     timeline: list[list[Span]]
+    peak_activation_bytes: list[int]
+    layer_forwards: list[int]
 
 
 def gather(results: list[StepResult]) -> PipelineRun:
     """Add the ranks' disjoint gradients and losses; shift the timeline to start at 0."""
     t0 = min((s.start for r in results for s in r.timeline), default=0.0)
     timeline = [[s._replace(start=s.start - t0, end=s.end - t0) for s in r.timeline] for r in results]
-    return PipelineRun(sum(r.loss for r in results), sum(r.grad for r in results), timeline)
+    return PipelineRun(sum(r.loss for r in results), sum(r.grad for r in results), timeline,
+                       [r.peak_activation_bytes for r in results],
+                       [r.layer_forwards for r in results])
 
 
-def run_pipeline(schedule: Schedule, mlp, X, y, *, timeout: float = 30.0) -> PipelineRun:
+def run_pipeline(schedule: Schedule, mlp, X, y, *, recompute: bool = False,
+                 timeout: float = 30.0) -> PipelineRun:
     """:func:`execute` on ``schedule.stages`` in-process ThreadComm ranks (``run_local``)."""
     from coursekit.comm import run_local
 
-    return gather(run_local(execute, schedule.stages, schedule, mlp, X, y, timeout=timeout))
+    return gather(run_local(execute, schedule.stages, schedule, mlp, X, y, recompute=recompute,
+                            timeout=timeout))
