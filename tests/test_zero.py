@@ -89,3 +89,17 @@ def test_bad_settings_are_refused(kwargs, error, match):
     settings = dict(stage=1, steps=2, batch_size=48, lr=0.1) | kwargs
     with pytest.raises(error, match=match):
         run_local(lambda comm: train_zero(comm, MLP(SIZES, dtype=np.float64), X, Y, **settings), 2)
+
+
+def _untraced(comm):
+    comm.tracing = False
+    result = train_zero(comm, MLP(SIZES, dtype=np.float64, seed=1), X, Y, stage=2, steps=2,
+                        batch_size=48, lr=0.1)
+    return result.sent, comm.tracing, len(comm.trace)
+
+
+def test_bytes_are_counted_on_a_comm_that_does_not_trace_and_it_keeps_no_trace():
+    layout = ShardLayout.of(MLP(SIZES, dtype=np.float64), 2)
+    results = run_local(_untraced, 2)
+    assert sum(sent for sent, _, _ in results) == 2 * sent_bytes(2, MLP(SIZES).n_params, layout, 8)
+    assert all(tracing is False and kept == 0 for _, tracing, kept in results)

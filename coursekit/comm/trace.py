@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 from typing import NamedTuple
 
 now = time.monotonic
@@ -148,3 +149,18 @@ class Trace(list):
     def clear(self) -> None:
         list.clear(self)
         self.dropped = 0
+
+
+@contextmanager
+def recording(comm):
+    """Trace ``comm`` inside the ``with`` block, whatever its tracing setting; yields a
+    function that returns the messages recorded since the block began. Afterwards tracing
+    is as it was, and a comm that was not tracing keeps none of the block's messages."""
+    was_tracing, mark = comm.tracing, comm.trace.total
+    comm.tracing = True
+    try:
+        yield lambda: comm.trace.since(mark)
+    finally:
+        comm.tracing = was_tracing
+        if not was_tracing:
+            comm.trace.forget_since(mark)

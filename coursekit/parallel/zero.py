@@ -44,6 +44,7 @@ import numpy as np
 
 from coursekit import checks
 from coursekit.collectives import allgather, allreduce, reduce_scatter
+from coursekit.comm.trace import recording
 from coursekit.nn import reference
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import make_optimizer
@@ -239,10 +240,11 @@ def train_zero(comm, mlp: MLP, X, y, *, stage: int, steps: int, batch_size: int,
     rank = ZeroRank(comm, mlp, stage, lr, momentum)
     order = np.random.default_rng(seed).permutation(len(X))
     per_epoch = len(X) // batch_size
-    mark, losses = comm.trace.total, np.empty(steps)
-    for t in range(steps):
-        batch = order[(t % per_epoch) * batch_size:(t % per_epoch + 1) * batch_size]
-        mine = np.array_split(batch, comm.size)[comm.rank]
-        losses[t] = rank.step(X[mine], y[mine], batch_size)
-    sent = sum(m.nbytes for m in comm.trace.since(mark) if m.op == "send")
+    losses = np.empty(steps)
+    with recording(comm) as messages:
+        for t in range(steps):
+            batch = order[(t % per_epoch) * batch_size:(t % per_epoch + 1) * batch_size]
+            mine = np.array_split(batch, comm.size)[comm.rank]
+            losses[t] = rank.step(X[mine], y[mine], batch_size)
+        sent = sum(m.nbytes for m in messages() if m.op == "send")
     return ZeroResult(rank.full_params(), losses, rank.memory(), sent)
