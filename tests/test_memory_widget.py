@@ -1,0 +1,42 @@
+"""The chapter-8 panel: controls -> memory per GPU of every ZeRO stage and a step's time."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+from coursekit.memory import PRESETS, TrainingSetup, memory_per_gpu  # noqa: E402
+from coursekit.viz import figure_problems  # noqa: E402
+from coursekit.widgets.memory import MemoryPanel, plot_memory  # noqa: E402
+
+
+def test_the_panel_shows_the_formulas_for_its_controls_and_says_whether_it_fits():
+    panel = MemoryPanel("gpt-7b-2k", precision="bf16", optimizer="adam", dp=64)
+    every_stage, time = panel.result
+    model = PRESETS["gpt-7b-2k"]
+    for stage, got in enumerate(every_stage):
+        assert got == memory_per_gpu(model, TrainingSetup(precision="bf16", optimizer="adam",
+                                                          dp=64, stage=stage))
+    assert every_stage[0].total > 80e9 > every_stage[3].total  # 16 bytes x 6.6B does not fit
+    assert "does NOT fit on a 80 GB GPU" in panel.status.value
+    panel.stage.value = 3  # the panel recomputes on every change
+    assert panel.status.value.startswith(f"{every_stage[3].total / 1e9:.1f} GB per GPU: fits on")
+    before = panel.result[1].communication
+    panel.link_gbs.value = 10.0
+    assert panel.result[1].communication > before  # a slower link, a longer exchange
+    assert panel.plot.value  # a picture
+
+
+def test_fewer_micro_batches_than_stages_show_a_large_bubble():
+    panel = MemoryPanel("gpt2-small")
+    panel.micro_batches.value = 1
+    panel.pp.value = 4
+    assert panel.error is None
+    assert panel.result[1].bubble == pytest.approx(3 * panel.result[1].compute)
+
+
+def test_the_picture_keeps_the_figure_rules():
+    model = PRESETS["resnet50"]
+    stages = [memory_per_gpu(model, TrainingSetup(stage=s, dp=8, micro_batch=32)) for s in range(4)]
+    assert figure_problems(plot_memory(stages, 2, 16e9, model.name), cropped_to_content=False) == []
