@@ -258,3 +258,17 @@ def test_wide_layers_match_reference():
     got = mlp.loss_and_grad(X, y)
     assert got[0] == pytest.approx(want[0], rel=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)
+
+
+def test_an_mlp_pickles_with_its_weights_and_stays_independent():
+    import pickle
+    mlp = MLP([5, 7, 3], "tanh", "mse", dtype=np.float64, seed=4)
+    twin = pickle.loads(pickle.dumps(mlp))
+    assert (twin.sizes, twin.activation, twin.loss, twin.dtype) == (mlp.sizes, "tanh", "mse",
+                                                                    np.float64)
+    np.testing.assert_array_equal(twin.params, mlp.params)
+    twin.params += 1.0
+    assert not np.shares_memory(twin.params, mlp.params)
+    X = np.ones((2, 5))
+    np.testing.assert_array_equal(twin.layers[0].W, twin.params[:35].reshape(5, 7))
+    assert twin.forward(X).shape == (2, 3)

@@ -207,6 +207,12 @@ class MLP:
         twin.params[...] = self._params
         return twin
 
+    def __reduce__(self):
+        """Pickle as the constructor's arguments and the weights, not the kernels' module:
+        an MLP can be sent to engines as it is (``cluster.run(f, mlp)``)."""
+        return _rebuild, (self.sizes, self.activation, self.loss, self.dtype.str, self.device,
+                          self._params)
+
     def __repr__(self) -> str:
         return (
             f"MLP(sizes={list(self.sizes)}, activation={self.activation!r}, loss={self.loss!r}, "
@@ -315,3 +321,10 @@ class MLP:
         kernel = b.loss_and_grad_xent if self.loss == "softmax_xent" else b.loss_and_grad_mse
         loss = kernel(self._params, out, self._sizes_arr, self._act, X, y)
         return float(loss), out
+
+
+def _rebuild(sizes, activation, loss, dtype, device, params) -> MLP:
+    """The unpickled MLP (see ``MLP.__reduce__``)."""
+    mlp = MLP(sizes, activation, loss, dtype=dtype, device=device)
+    mlp.params = params
+    return mlp
