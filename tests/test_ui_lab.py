@@ -131,6 +131,8 @@ VISITS = [
     Visit("06_compression", steps(select("compressor", "topk"), slide("ratio", "ArrowRight", 1)),
           r"^topk ratio=0.03 \+ EF: [\d.]+% test"),
     Visit("07_at_scale", toggle("hierarchical"), r"^2048 GPUs: efficiency [\d.]+%"),  # was: ring
+    Visit("08_memory", select("model", "gpt2-small"),
+          r"^3\.\d GB per GPU: fits on a 80 GB GPU; step \d+ ms"),  # was: the 7B model, 136 GB
 ]
 
 

@@ -1,0 +1,300 @@
+# %% [markdown]
+# # 08 · Memory: where the bytes go, ZeRO, mixed precision, recomputation
+#
+# Chapters 3 and 5 split the *work*; this chapter follows the *bytes*. Training a model of
+# Ψ parameters keeps, on every data-parallel GPU:
+#
+# * the **parameters** (P bytes each), the **gradients** (G bytes each),
+# * the **optimizer states** (K bytes per parameter: momentum's velocity; Adam's two
+#   moments; in mixed precision also the fp32 master copy of the weights),
+# * the **activations** each layer keeps for the backward pass, per sample in the batch.
+#
+# With mixed-precision Adam, P = G = 2 and K = 4 + 4 + 4 = 12: 16 bytes per parameter
+# before a single activation, 112 GB for a 7-billion-parameter model, more than an 80 GB
+# GPU holds. This chapter measures these bytes on real buffers and checks them against the
+# formulas, then removes them the way production systems do:
+#
+# 1. **ZeRO** (DeepSpeed; FSDP is its stage 3) shards optimizer states, gradients and
+#    parameters over the N data-parallel ranks, run here on the engines;
+# 2. **mixed precision** halves weights, gradients and activations, with **loss scaling**
+#    so that small gradients survive 16 bits;
+# 3. **activation recomputation** keeps a stage's input instead of every layer's output
+#    and runs the forward again during the backward.
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from coursekit import cluster
+from coursekit.comm import call_with_comm, run_local, setup_comm
+from coursekit.data import load_digits
+from coursekit.memory import PRESETS, TrainingSetup, measure_mlp, memory_per_gpu, mlp_shape
+from coursekit.nn import MLP
+from coursekit.parallel.zero import ShardLayout, sent_bytes, state_bytes, train_zero
+from coursekit.viz import integer_ticks, legend_outside, series_color, show
+
+c = cluster.start(n=4)
+setup_comm(c)
+c.size
+
+# %% [markdown]
+# ## 1. Where the bytes go
+#
+# Chapter 1's MLP keeps its parameters in one flat buffer; the gradient is a second one;
+# momentum adds a velocity buffer; the forward keeps $A^0 = X, A^1, \dots, A^L$ for the
+# backward: $b \sum_l n_l$ values for a micro-batch of $b$ rows and layer widths $n_l$.
+# `measure_mlp` builds the net, runs a forward and backward and sums the `nbytes` of what
+# it really holds; `memory_per_gpu` computes the same four numbers from the formulas.
+
+# %%
+sizes, batch = [64, 128, 64, 10], 32
+measured = measure_mlp(sizes, micro_batch=batch, optimizer="momentum").memory
+formula = memory_per_gpu(mlp_shape(sizes), TrainingSetup(precision="fp32", optimizer="momentum",
+                                                         micro_batch=batch))
+for name in ("parameters", "gradients", "optimizer_states", "activations"):
+    print(f"{name:17s} measured {getattr(measured, name):8.0f} B   formula "
+          f"{getattr(formula, name):8.0f} B")
+assert measured == formula
+print("PASS: every category measured on the real buffers equals the formula, byte for byte")
+
+# %% [markdown]
+# The same formulas for models that matter (one GPU, no sharding, mixed-precision Adam,
+# micro-batch 1: a sequence of 2048 tokens for the 7B model, one 224 x 224 image for
+# ResNet-50). Activations follow Korthikanti et al. (2022): $s b h (34 + 5 a s / h)$ bytes
+# per transformer layer in 16 bits.
+
+# %%
+rows = []
+for key in ("gpt2-small", "gpt-7b-2k", "resnet50"):
+    m = memory_per_gpu(PRESETS[key], TrainingSetup(precision="bf16", optimizer="adam"))
+    rows.append((PRESETS[key].name, PRESETS[key].n_params, m))
+    print(f"{PRESETS[key].name:20s} Ψ = {PRESETS[key].n_params / 1e6:7.0f} M: parameters "
+          f"{m.parameters / 1e9:6.2f} GB, gradients {m.gradients / 1e9:6.2f}, optimizer "
+          f"{m.optimizer_states / 1e9:6.2f}, activations {m.activations / 1e9:6.2f}")
+for _, n_params, m in rows:
+    assert m.optimizer_states == 12 * n_params and m.parameters + m.gradients == 4 * n_params
+seven_b = rows[1][2]
+assert seven_b.total > 80e9
+print("PASS: the optimizer states are 12 of the 16 bytes per parameter; the 7B model needs "
+      f"{seven_b.total / 1e9:.0f} GB on one GPU, more than 80 GB")
+
+# %% [markdown]
+# ZeRO's own example (Rajbhandari et al. 2020, Figure 1): Ψ = 7.5 B parameters, N = 64 GPUs,
+# K = 12. Sharding the optimizer states (stage 1), then the gradients (stage 2), then the
+# parameters (stage 3) over the 64 GPUs:
+
+# %%
+from coursekit.memory import Kept, ModelShape
+
+paper = ModelShape("ZeRO Figure 1", 7_500_000_000, 6 * 7.5e9, Kept())  # no activations counted
+per_stage = [memory_per_gpu(paper, TrainingSetup(precision="fp16", optimizer="adam", dp=64,
+                                                 stage=s)).total / 1e9 for s in range(4)]
+print("GB per GPU, stages 0-3:", [round(x, 1) for x in per_stage])
+assert [round(x, 1) for x in per_stage] == [120.0, 31.4, 16.6, 1.9]
+print("PASS: 120, 31.4, 16.6 and 1.9 GB per GPU, the paper's numbers")
+
+# %% [markdown]
+# ## 2. ZeRO on the engines
+#
+# `coursekit.parallel.zero` runs the stages on the flat buffer over the engines' Comm.
+# Each layer's block is padded with zeros to N equal chunks and rank r owns chunk r of
+# every layer (FSDP's view): C values, 1/N of the buffer.
+#
+# | stage | a rank keeps | a step sends (all ranks) |
+# |---|---|---|
+# | 0 | params Ψ, grads Ψ, optimizer kΨ | ring allreduce: 2(N-1)Ψ |
+# | 1 | params Ψ, grads Ψ, optimizer (1+k)C (a master copy of its shard + state) | reduce-scatter + all-gather: 2(N-1)NC |
+# | 2 | params Ψ, grads C, optimizer (1+k)C | the same, each layer's gradient scattered as soon as it is computed |
+# | 3 | params C, grads C, optimizer kC | all-gather each layer before its forward and again before its backward + reduce-scatter: 3(N-1)NC |
+#
+# (k = 1 buffer for momentum, values of 8 bytes in float64.) Every stage must take exactly
+# the step of serial training on the same global batches.
+
+# %%
+digits = load_digits(dtype=np.float64)
+zero_sizes = (64, 96, 64, 10)
+X, y = digits.X_train[:768], digits.y_train[:768]
+
+
+settings = dict(steps=12, batch_size=64, lr=0.1, momentum=0.9)
+serial = MLP(zero_sizes, dtype=np.float64, seed=1)
+runs = {stage: c.run(call_with_comm, train_zero, serial, X, y, stage=stage, **settings)
+        for stage in range(4)}
+serial_run = run_local(train_zero, 1, serial, X, y, stage=0, **settings)[0]  # one rank: serial
+for stage, results in runs.items():
+    for r in results:
+        np.testing.assert_allclose(r.params, serial_run.params, rtol=1e-12, atol=1e-14)
+print("PASS: on 4 engines every stage's weights equal serial training's after 12 steps (float64)")
+
+# %%
+layout = ShardLayout.of(serial, c.size)
+fig, (ax_mem, ax_sent) = plt.subplots(1, 2, figsize=(10, 3.2), layout="constrained")
+categories = ("params", "grads", "optimizer")
+bottom = np.zeros(4)
+for i, category in enumerate(categories):
+    values = np.array([runs[s][0].memory[category] for s in range(4)]) / 1e3
+    ax_mem.bar(range(4), values, bottom=bottom, color=series_color(i), label=category)
+    bottom += values
+ax_mem.set(xticks=range(4), xticklabels=[f"stage {s}" for s in range(4)],
+           ylabel="kB per rank", title="model states a rank holds (measured)")
+legend_outside(ax_mem)
+sent = [sum(r.sent for r in runs[s]) for s in range(4)]  # bytes, all ranks, 12 steps
+ax_sent.bar(range(4), np.array(sent) / 12 / 1e3, color=series_color(4))
+ax_sent.set(xticks=range(4), xticklabels=[f"stage {s}" for s in range(4)],
+            ylabel="kB per step, all ranks", title="bytes sent (from the trace)")
+show()
+
+for stage, results in runs.items():
+    assert all(r.memory == state_bytes(stage, serial.n_params, layout, 8, 1) for r in results)
+    assert sum(r.sent for r in results) == 12 * sent_bytes(stage, serial.n_params, layout, 8)
+assert 2 * sent[3] == 3 * sent[1] and sent[1] == sent[2]
+print("PASS: every rank holds exactly the table's bytes at every stage; the bytes sent equal "
+      "the formulas; stage 3 sends 1.5 x stage 1 and 2")
+
+# %% [markdown]
+# Stages 1 and 2 cost no extra communication: a ring allreduce *is* a reduce-scatter
+# followed by an all-gather, and ZeRO only moves the update in between. Stage 3 pays one
+# more all-gather of the weights per step (the backward needs them again) for holding
+# only 1/N of them. The bars also show what sharding costs on a small net: the padding (at
+# most N-1 zeros per layer) and, at stages 1 and 2, the master copy of the shard (with
+# mixed precision, next section, that copy is kept anyway).
+#
+# ## 3. Mixed precision and loss scaling
+#
+# fp16 has 5 exponent bits: the smallest positive value is $2^{-24} \approx 6 \cdot 10^{-8}$
+# and the largest 65504. bfloat16 keeps fp32's 8 exponent bits and only 7 mantissa bits.
+# Late in training many activation gradients are tiny, and fp16 rounds them to zero.
+# Multiplying the loss by $S = 2^k$ moves every gradient $k$ binades up (exactly: only
+# the exponent changes); the fp32 master gradient is divided by $S$ again.
+
+# %%
+from coursekit.nn.mixed_precision_demos import compare_formats, overflow, underflow
+
+u = underflow(epochs=20)
+for label, lost, err in zip(u.labels, u.lost_activation_grads, u.grad_error):
+    print(f"{label:18s} activation gradients lost {lost:7.2%}, weight-gradient error {err:.2%}")
+print(f"predicted for fp16 without scaling (fp32 values <= 2^-25): {u.below_fp16:.2%}")
+
+fig, ax = plt.subplots(figsize=(7, 3), layout="constrained")
+nonzero = u.fp32_activation_grads[u.fp32_activation_grads > 0]
+ax.hist(np.log2(nonzero), bins=80, color=series_color(0))
+ax.axvline(-24, color="black", linestyle="--", label="fp16's smallest value 2^-24")
+ax.set(xlabel="log2 |activation gradient| (fp32)", ylabel="values",
+       title="activation gradients after 20 epochs")
+legend_outside(ax)
+show()
+assert u.lost_activation_grads[0] > 0.1 and abs(u.lost_activation_grads[0] - u.below_fp16) < 0.01
+assert u.lost_activation_grads[1] < 0.01 and u.lost_activation_grads[2] == 0
+print("PASS: fp16 without scaling loses over 10% of the activation gradients (as predicted to "
+      "within a point), loss scaling keeps all but under 1%, bf16 loses none")
+
+# %% [markdown]
+# Does it matter for training? Four runs from the same weights and batches: fp32, fp16
+# with dynamic loss scaling (start at $2^{16}$, double after 100 good steps, halve and skip
+# the step on an overflow), bf16, and fp16 without scaling. Then the same with every
+# gradient made $2^{22}$ times smaller (the loss multiplied by $\lambda = 2^{-22}$ and the
+# learning rate divided by it: in fp32 exactly the same training), as for a loss term with
+# a small weight.
+
+# %%
+plain = compare_formats(seed=0)
+tiny = compare_formats(seed=0, loss_weight=2.0**-22)
+for name, result in (("loss as is", plain), ("loss x 2^-22", tiny)):
+    print(name + ": " + ", ".join(f"{label} {acc:.1%}" for label, acc in
+                                  zip(result.labels, result.test_accuracy)))
+fp32 = plain.test_accuracy[0]
+assert np.all(np.abs(plain.test_accuracy - fp32) <= 0.015)
+assert np.all(np.abs(tiny.test_accuracy[:3] - tiny.test_accuracy[0]) <= 0.015)
+assert tiny.test_accuracy[3] < tiny.test_accuracy[0] - 0.2
+print("PASS: on digits every format reaches fp32's accuracy within 1.5 points; with tiny "
+      "gradients fp16 without loss scaling falls more than 20 points behind, the others do not")
+
+# %% [markdown]
+# A scale that is too large overflows (values from 65520 become inf). The dynamic scaler
+# halves S and skips the step until the backward is finite again: started at $S_0$, it
+# skips $\lfloor \log_2(S_0 / S_{limit}) \rfloor + 1$ steps, where $S_{limit}$ = 65520 /
+# (the largest scaled value of the backward at S = 1).
+
+# %%
+o = overflow(initial_scale=2.0**24)
+print(f"S_limit = {o.limit_scale:.3g} (2^{np.log2(o.limit_scale):.2f}); skipped {o.skips} steps, "
+      f"predicted {o.predicted_skips}; scales tried: {[f'2^{np.log2(s):g}' for s in o.scales]}")
+assert o.skips == o.predicted_skips
+print("PASS: the scaler skipped exactly the predicted number of steps")
+
+# %% [markdown]
+# Memory: with Adam, fp32 training keeps 4 + 4 + 8 = 16 bytes per parameter; mixed
+# precision keeps 2 + 2 + 12 = 16 as well, because the optimizer needs an fp32 master copy
+# of the weights. So the model states do not shrink; the activations almost halve (the
+# dropout masks stay one byte a value), and they dominate for long sequences. (The other reason for 16 bits is speed: tensor cores run
+# them many times faster than fp32.)
+
+# %%
+for precision in ("fp32", "bf16"):
+    m = memory_per_gpu(PRESETS["gpt-7b-2k"], TrainingSetup(precision=precision, optimizer="adam"))
+    print(f"7B, {precision}: model states {(m.parameters + m.gradients + m.optimizer_states) / 1e9:.0f} GB, "
+          f"activations {m.activations / 1e9:.1f} GB")
+fp32_m, bf16_m = (memory_per_gpu(PRESETS["gpt-7b-2k"], TrainingSetup(precision=p, optimizer="adam"))
+                  for p in ("fp32", "bf16"))
+ratio = bf16_m.activations / fp32_m.activations
+assert 0.5 < ratio < 0.6
+assert bf16_m.parameters + bf16_m.gradients + bf16_m.optimizer_states == \
+    fp32_m.parameters + fp32_m.gradients + fp32_m.optimizer_states
+print(f"PASS: 16-bit training keeps {ratio:.0%} of fp32's activation bytes; with Adam's fp32 "
+      "master copy the model states stay at 16 bytes per parameter")
+
+# %% [markdown]
+# ## 4. Activation recomputation
+#
+# In a pipeline (chapter 5) a stage keeps the activations of every micro-batch in flight.
+# With recomputation it keeps only the stage's *input* and runs the stage's forward again
+# just before its backward: memory down, one more forward per micro-batch, the same
+# gradient. Here on the 4 engines, 1F1B with 8 micro-batches, 2 layers per stage:
+
+# %%
+from coursekit.parallel.pipeline import execute, gather, schedule
+
+pipe_mlp = MLP([64, 256, 256, 256, 256, 256, 256, 256, 10], dtype=np.float64, seed=0)
+Xp, yp = digits.X_train[:256], digits.y_train[:256]
+sched = schedule("1f1b", c.size, 8)
+
+
+kept, again = (gather(c.run(call_with_comm, execute, sched, pipe_mlp, Xp, yp, recompute=flag))
+               for flag in (False, True))
+for rank in range(c.size):
+    print(f"rank {rank}: peak activations {kept.peak_activation_bytes[rank] / 1e3:6.0f} kB -> "
+          f"{again.peak_activation_bytes[rank] / 1e3:6.0f} kB; layer forwards "
+          f"{kept.layer_forwards[rank]} -> {again.layer_forwards[rank]}")
+np.testing.assert_array_equal(again.grad, kept.grad)
+assert again.layer_forwards == [2 * f for f in kept.layer_forwards]
+saved = [k - a for k, a in zip(kept.peak_activation_bytes, again.peak_activation_bytes)]
+assert all(s > 0 for s in saved[:-1]) and saved[-1] == 0 and saved[0] == max(saved)
+print("PASS: the same gradient bit for bit, twice the layer forwards, less activation memory "
+      "on every rank but the last, the most on rank 0")
+
+# %% [markdown]
+# Rank 0 holds the most micro-batches in flight (1F1B: min(p, m) = 4), so it saves the most;
+# the last stage holds one at a time and saves nothing. For a transformer, Korthikanti et
+# al. count $34 s b h$ + attention's $5 a s^2 b$ bytes per layer without recomputation and
+# $2 s b h$ with it, at a third more compute.
+#
+# ## 5. Does it fit?
+#
+# The panel puts it together for the models above: the memory per GPU of every ZeRO stage
+# (the chosen one outlined), the GPU's capacity, and the time of a step from the FLOPs and
+# the cost model of chapter 2 (ring collectives, a 5 µs latency and the link bandwidth you
+# set). Try: the 7B model at stage 0 on 64 GPUs (does not fit), then stage 1, 2, 3; a
+# longer sequence (`gpt-7b-4k`); recomputation; tensor parallelism inside a node.
+
+# %%
+from coursekit.widgets.memory import MemoryPanel
+
+panel = MemoryPanel("gpt-7b-2k", precision="bf16", optimizer="adam", dp=64)
+panel
+
+# %% [markdown]
+# ## When you are done
+#
+# The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):
+# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.reaper`,
+# then ends the engines). To stop it now: `c.stop()`.
