@@ -6,11 +6,15 @@ from coursekit.collectives import allgather, allreduce, reduce_scatter
 from coursekit.grading.ch08 import check_zero2_step
 
 
-def zero2_step(comm, grad, shard, optimizer, layout):
-    optimizer.step(reduce_scatter(comm, layout.rows(grad))[0])
-    params = np.empty(grad.shape, grad.dtype)
+def gathered_weights(comm, shard, layout, like):
+    params = np.empty_like(like)
     layout.flat_into(allgather(comm, shard).reshape(comm.size, layout.width), params)
     return params
+
+
+def zero2_step(comm, grad, shard, optimizer, layout):
+    optimizer.step(reduce_scatter(comm, layout.rows(grad))[0])
+    return gathered_weights(comm, shard, layout, grad)
 
 
 def test_accepts_reduce_scatter_update_allgather():
@@ -20,11 +24,8 @@ def test_accepts_reduce_scatter_update_allgather():
 
 def test_rejects_an_allreduce_then_allgather_by_its_bytes():
     def via_allreduce(comm, grad, shard, optimizer, layout):
-        summed = allreduce(comm, layout.rows(grad))
-        optimizer.step(summed[comm.rank])
-        params = np.empty(grad.shape, grad.dtype)
-        layout.flat_into(allgather(comm, shard).reshape(comm.size, layout.width), params)
-        return params
+        optimizer.step(allreduce(comm, layout.rows(grad))[comm.rank])
+        return gathered_weights(comm, shard, layout, grad)
     result = check_zero2_step(via_allreduce, quiet=True)
     assert result.status == "fail" and "1.5 x that" in result.message
 
@@ -32,9 +33,7 @@ def test_rejects_an_allreduce_then_allgather_by_its_bytes():
 def test_rejects_a_step_without_the_sum():
     def local_only(comm, grad, shard, optimizer, layout):
         optimizer.step(layout.rows(grad)[comm.rank])  # my shard of my own gradient only
-        params = np.empty(grad.shape, grad.dtype)
-        layout.flat_into(allgather(comm, shard).reshape(comm.size, layout.width), params)
-        return params
+        return gathered_weights(comm, shard, layout, grad)
     result = check_zero2_step(local_only, quiet=True)
     assert result.status == "fail" and "differ from serial training" in result.message
 
