@@ -43,19 +43,21 @@ c.size
 # Chapter 1's MLP keeps its parameters in one flat buffer; the gradient is a second one;
 # momentum adds a velocity buffer; the forward keeps $A^0 = X, A^1, \dots, A^L$ for the
 # backward: $b \sum_l n_l$ values for a micro-batch of $b$ rows and layer widths $n_l$.
-# `measure_mlp` builds the net, runs a forward and backward and sums the `nbytes` of what
-# it really holds; `memory_per_gpu` computes the same four numbers from the formulas.
+# `measure_mlp` builds the net on each engine, runs a forward and backward and sums the
+# `nbytes` of what it really holds; `memory_per_gpu` computes the same four numbers from
+# the formulas.
 
 # %%
 sizes, batch = [64, 128, 64, 10], 32
-measured = measure_mlp(sizes, micro_batch=batch, optimizer="momentum").memory
+on_engines = [m.memory for m in c.run(measure_mlp, sizes, micro_batch=batch, optimizer="momentum")]
 formula = memory_per_gpu(mlp_shape(sizes), TrainingSetup(precision="fp32", optimizer="momentum",
                                                          micro_batch=batch))
 for name in ("parameters", "gradients", "optimizer_states", "activations"):
-    print(f"{name:17s} measured {getattr(measured, name):8.0f} B   formula "
+    print(f"{name:17s} measured {getattr(on_engines[0], name):8.0f} B   formula "
           f"{getattr(formula, name):8.0f} B")
-assert measured == formula
-print("PASS: every category measured on the real buffers equals the formula, byte for byte")
+assert all(measured == formula for measured in on_engines)
+print(f"PASS: on all {c.size} engines every category measured on the real buffers equals the "
+      "formula, byte for byte")
 
 # %% [markdown]
 # The same formulas for models that matter (one GPU, no sharding, mixed-precision Adam,
