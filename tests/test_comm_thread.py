@@ -134,15 +134,18 @@ def test_readonly_out_is_rejected():
         a.recv(out=out)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
-def test_bad_world_size(bad):
-    with pytest.raises(ValueError, match="positive int"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (2.0, TypeError),
+                                        (True, TypeError)])
+def test_bad_world_size(bad, error):
+    with pytest.raises(error, match=r"the number of ranks: a positive int"):
         run_local(lambda c: None, bad)
 
 
-def test_bad_timeout():
-    with pytest.raises(ValueError, match="positive number of seconds"):
-        ThreadComm.world(2, timeout=0)
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (float("nan"), ValueError),
+                                        ("1", TypeError), (True, TypeError)])
+def test_bad_timeout(bad, error):
+    with pytest.raises(error, match="timeout.*a positive number of seconds"):
+        ThreadComm.world(2, timeout=bad)
 
 
 def test_timeout_names_rank_peer_tag_and_operation():
@@ -250,3 +253,18 @@ def test_fuzzed_frames_raise_commerror_and_receiver_keeps_working(head, payload)
         assert isinstance(got, np.ndarray)
     a.send(np.arange(3), 1, tag=5)
     np.testing.assert_array_equal(b.recv(0, tag=5), np.arange(3))
+
+
+def test_an_interrupted_operation_makes_the_comm_refuse_further_use():
+    a, b = ThreadComm.world(2, timeout=5)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+    a._match = interrupt  # as if Ctrl-C arrived while a waited for a message
+    with pytest.raises(KeyboardInterrupt):
+        a.recv(1, tag=3)
+    assert a.interrupted == "recv(source=1, tag=3)"
+    b.send(np.ones(2), 0, tag=3)  # the message the interrupted recv was waiting for
+    for use in (lambda: a.recv(1, tag=3), lambda: a.send(np.ones(1), 1), a.barrier):
+        with pytest.raises(CommError, match=r"interrupted in recv\(source=1, tag=3\).*reset_comm"):
+            use()

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from coursekit import checks
+
 from . import frames
 from .errors import ANY_SOURCE, ANY_TAG, MAX_TAG, CommError, CommTimeout, peer_name, tag_name
 from .trace import Message, Trace, describe, now, verbose_enabled
@@ -81,10 +83,8 @@ class Comm:
     """Ranks whose REMOTE messages (payload left in the sender's memory) this rank reads."""
 
     def __init__(self, rank: int, size: int, *, timeout: float = 30.0, trace: bool = False):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be a positive int, got {size!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < size:
-            raise ValueError(f"rank must be an int in 0..{size - 1}, got {rank!r}")
+        size = checks.integer(size, "size", at_least=1, hint=" (the number of ranks: a positive int)")
+        rank = checks.integer(rank, "rank", at_least=0, at_most=size - 1)
         self.rank = rank
         self.size = size
         self.timeout = timeout
@@ -100,9 +100,8 @@ class Comm:
 
     @timeout.setter
     def timeout(self, value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
-        self._timeout = float(value)
+        self._timeout = checks.real(value, "timeout", above=0, finite=False,
+                                    hint=" (a positive number of seconds)")
 
     @property
     def single_copy_peers(self) -> frozenset:

@@ -15,6 +15,8 @@ import queue
 import secrets
 import traceback
 
+from coursekit import checks
+
 from .errors import CommError, add_rank
 from .trace import now
 
@@ -32,8 +34,7 @@ def run_procs(fn, n: int, *args, timeout: float = 30.0, trace: bool = False,
     """
     if not callable(fn):
         raise TypeError(f"run_procs needs a function fn(comm, ...), got {type(fn).__name__}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"the number of processes must be a positive int, got {n!r}")
+    n = checks.integer(n, "n", at_least=1, hint=" (the number of processes: a positive int)")
     ctx = mp.get_context("spawn")
     up, downs = ctx.Queue(), [ctx.Queue() for _ in range(n)]
     procs = [ctx.Process(target=_rank_main, daemon=True, name=f"coursekit-rank-{r}",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from coursekit import checks
+
 from . import frames
 from .base import fill
 from .errors import CommError
@@ -54,8 +56,7 @@ class ThreadComm(QueuedComm):
     @classmethod
     def world(cls, n: int, *, timeout: float = 30.0, trace: bool = True) -> list["ThreadComm"]:
         """``n`` connected ranks (use each from its own thread)."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"the number of ranks must be a positive int, got {n!r}")
+        n = checks.integer(n, "n", at_least=1, hint=" (the number of ranks: a positive int)")
         world = _World(n)
         return [cls(world, r, timeout=timeout, trace=trace) for r in range(n)]
 
