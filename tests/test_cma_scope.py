@@ -5,6 +5,7 @@ This machine has no Yama LSM (and runs as root), so the kernel's enforcement its
 checked here; what is checked is which process each rank declares with PR_SET_PTRACER.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,24 @@ def test_grants_of_several_holders_combine_and_the_last_withdraws():
         cma.withdraw_readers(alone)
         cma.withdraw_readers(with_parent)
     assert cma.declared_reader() == 0
+
+
+IN_A_PID_NAMESPACE = """
+import json, os
+from coursekit.comm import cma
+print(json.dumps([os.getpid(), os.getppid(), cma.common_ancestor([os.getpid(), 1])]))
+"""
+
+
+def test_pid_1_of_a_child_pid_namespace_is_an_ancestor_like_any_other():
+    """Engines started by a container's or ``unshare --pid``'s launcher (pid 1 there) share
+    it as their nearest ancestor; the system's init (tested above) never is."""
+    shell = ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+             f'{sys.executable} -c "$0" & wait', IN_A_PID_NAMESPACE]
+    try:
+        run = subprocess.run(shell, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.fail("unshare (util-linux) is needed for this test")
+    assert run.returncode == 0, run.stderr
+    me, parent, ancestor = json.loads(run.stdout)
+    assert parent == 1 and ancestor == 1 and me != 1  # sh is pid 1 in the new namespace

@@ -15,9 +15,10 @@ raises ``PermissionError`` and callers fall back to sockets. Under Yama's
 sibling engine. Open MPI lifts that with ``PR_SET_PTRACER_ANY`` (any process of the user
 may then read the rank). :func:`allow_readers` grants less: only the nearest common
 ancestor of this rank and its same-host peers (the ipcluster, mpiexec or slurmstepd that
-started them) and that ancestor's descendants; never init, i.e. never "any process". The
-grant is process-wide, so it is kept per holder (each ZmqComm) and withdrawn when the
-last one closes (:func:`withdraw_readers`). Not available off Linux.
+started them) and that ancestor's descendants; never the system's init, i.e. never "any
+process" (pid 1 of a container's own pid namespace is that container's launcher and may
+be the ancestor). The grant is process-wide, so it is kept per holder (each ZmqComm) and
+withdrawn when the last one closes (:func:`withdraw_readers`). Not available off Linux.
 """
 
 from __future__ import annotations
@@ -70,15 +71,29 @@ def process_chain(pid: int) -> list[int]:
     return chain
 
 
+_INITIAL_PID_NAMESPACE = 0xEFFFFFFC  # the kernel's PROC_PID_INIT_INO
+
+
 def common_ancestor(pids) -> int | None:
     """The nearest process that all of ``pids`` descend from (a pid counts as its own
-    descendant); None when one is gone or they share only init (pid 1)."""
+    descendant); None when one is gone or they share only the system's init. Pid 1 of a
+    child pid namespace (a container's or ``unshare --pid``'s launcher) is an ancestor
+    like any other: it bounds that namespace only."""
     chains = [process_chain(pid) for pid in pids]
     if not chains or not all(chains):
         return None
     shared = set(chains[0]).intersection(*chains[1:])
     ancestor = next((pid for pid in chains[0] if pid in shared), None)
-    return ancestor if ancestor not in (None, 1) else None
+    if ancestor == 1 and _pid_namespace() == _INITIAL_PID_NAMESPACE:
+        return None
+    return ancestor
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return _INITIAL_PID_NAMESPACE  # unknown: treat pid 1 as the system's init
 
 
 def allow_readers(holder, peers) -> int | None:
