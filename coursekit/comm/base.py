@@ -92,7 +92,6 @@ class Comm:
         self.trace: Trace = Trace()  # the newest trace.MAX_MESSAGES messages
         self.closed = False
         self.interrupted: str | None = None  # the operation a KeyboardInterrupt broke off
-        self._ready = True  # open and not interrupted: the fast argument checks read this
 
     @property
     def timeout(self) -> float:
@@ -188,14 +187,17 @@ class Comm:
     def close(self) -> None:
         """Release the transport. Further calls raise CommError."""
         self.closed = True
-        self._ready = False
 
     def _mark_interrupted(self, op: tuple) -> None:
         """A KeyboardInterrupt broke ``op`` off: its peers' messages may still arrive and
         would be matched by the next operation, so every later call raises CommError
         until the comm is rebuilt (``coursekit.comm.reset_comm`` on a cluster)."""
         self.interrupted = describe_op(op)
-        self._ready = False
+
+    @property
+    def _ready(self) -> bool:
+        """Open and not interrupted (the fast argument checks read this)."""
+        return not self.closed and self.interrupted is None
 
     def __enter__(self):
         return self

@@ -36,11 +36,7 @@ class SubComm(Comm):
 
     @property
     def _ready(self) -> bool:
-        return not self.closed and self.interrupted is None and self.parent._ready
-
-    @_ready.setter
-    def _ready(self, value) -> None:
-        pass  # derived from this group's and the parent's state
+        return super()._ready and self.parent._ready
 
     def _mark_interrupted(self, op: tuple) -> None:
         super()._mark_interrupted(op)

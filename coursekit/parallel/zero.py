@@ -61,21 +61,19 @@ class ShardLayout:
 
     spans: tuple      # each layer's slice of the flat buffer
     chunks: tuple     # c_l: each layer's chunk length
+    offsets: tuple    # where each layer's chunk starts in a shard (and C at the end)
     n_ranks: int
 
     @classmethod
     def of(cls, mlp: MLP, n_ranks: int) -> "ShardLayout":
         spans = tuple(layer.span for layer in mlp.layers)
-        return cls(spans, tuple(-(-(s.stop - s.start) // n_ranks) for s in spans), n_ranks)
+        chunks = tuple(-(-(s.stop - s.start) // n_ranks) for s in spans)
+        return cls(spans, chunks, (0, *np.cumsum(chunks).tolist()), n_ranks)
 
     @property
     def width(self) -> int:
         """C: values in one rank's shard."""
-        return sum(self.chunks)
-
-    @property
-    def offsets(self) -> list[int]:
-        return [0, *np.cumsum(self.chunks).tolist()]
+        return self.offsets[-1]
 
     def padded(self, layer: int, values: np.ndarray) -> np.ndarray:
         """One layer's flat block (``values``) as an (N, c_l) array, zero-padded."""
@@ -111,10 +109,11 @@ class ZeroRank:
         self.comm, self.stage = comm, stage
         self.layout = ShardLayout.of(mlp, comm.size)
         self.loss_fn = reference.softmax_xent if mlp.loss == "softmax_xent" else reference.mse
-        n = mlp.n_params
-        self._template = mlp  # layer shapes and activations; its weights are not used at stage 3
-        self.params = mlp.params.copy() if stage < 3 else None
-        self.grad = np.zeros(n, mlp.dtype) if stage < 2 else None
+        # stages 0-2: this rank's own copy of the whole model; stage 3: only its layers'
+        # shapes and activations (their weights are gathered when used)
+        self._model = mlp.copy() if stage < 3 else mlp
+        self.params = self._model.params if stage < 3 else None
+        self.grad = np.zeros(mlp.n_params, mlp.dtype) if stage < 2 else None
         if stage == 0:
             self.shard = self.shard_grad = None
             self.optimizer = make_optimizer(self.params, lr, momentum)
@@ -127,38 +126,34 @@ class ZeroRank:
     def step(self, X: np.ndarray, y: np.ndarray, n_global: int) -> float:
         """One training step on this rank's rows (X, y) of a global batch of ``n_global``
         rows; returns this rank's part of the global batch loss."""
-        X, y = self._template.check_batch(X, y)
+        X, y = self._model.check_batch(X, y)
         acts = [X]
         for l in range(len(self.layout.spans)):
             acts.append(self._layer(l).forward(acts[-1]))
         weight = len(X) / n_global
         loss, g = self.loss_fn(acts[-1], y)
         g = g * weight
-        if self.grad is not None:
-            self.grad[...] = 0
         for l in reversed(range(len(self.layout.spans))):
             layer = self._layer(l)
-            g, layer_grad = layer.backward(acts[l], acts[l + 1], g, input_grad=l > 0)
-            self._keep_gradient(l, layer_grad)
+            whole = self.grad[layer.span] if self.stage < 2 else None  # written in place
+            g, layer_grad = layer.backward(acts[l], acts[l + 1], g, grad=whole, input_grad=l > 0)
+            if self.stage >= 2:
+                self._scatter_gradient(l, layer_grad)
         self._update()
         return loss * weight
 
     def _layer(self, l: int):
         """Layer l with its weights: the rank's own (stages 0-2) or all-gathered (stage 3)."""
-        layer = self._template.layers[l]
+        layer = self._model.layers[l]
         if self.stage < 3:
-            return dataclasses.replace(layer, W=self.params[layer.span][:layer.W.size]
-                                       .reshape(layer.W.shape),
-                                       b=self.params[layer.span][layer.W.size:])
+            return layer
         lo, hi = self.layout.offsets[l], self.layout.offsets[l + 1]
         block = self.layout.unpad(l, allgather(self.comm, self.shard[lo:hi], "ring", check=False))
         return dataclasses.replace(layer, W=block[:layer.W.size].reshape(layer.W.shape),
                                    b=block[layer.W.size:])
 
-    def _keep_gradient(self, l: int, layer_grad: np.ndarray) -> None:
-        if self.stage < 2:
-            self.grad[self.layout.spans[l]] = layer_grad
-            return
+    def _scatter_gradient(self, l: int, layer_grad: np.ndarray) -> None:
+        """Stages 2-3: sum layer l's gradient over the ranks into this rank's shard."""
         lo, hi = self.layout.offsets[l], self.layout.offsets[l + 1]
         self.shard_grad[lo:hi] = reduce_scatter(self.comm, self.layout.padded(l, layer_grad),
                                                 algorithm="ring", check=False)[0]
@@ -182,7 +177,7 @@ class ZeroRank:
         """The whole flat parameter buffer (stage 3 all-gathers it: every rank must call)."""
         if self.stage < 3:
             return self.params.copy()
-        out = np.empty(self._template.n_params, self.shard.dtype)
+        out = np.empty(self._model.n_params, self.shard.dtype)
         gathered = allgather(self.comm, self.shard, "ring", check=False)
         self.layout.flat_into(gathered.reshape(self.comm.size, self.layout.width), out)
         return out

@@ -150,12 +150,15 @@ for stage, results in runs.items():
     assert all(r.memory == state_bytes(stage, serial.n_params, layout, 8, 1) for r in results)
     assert sum(r.sent for r in results) == 12 * sent_bytes(stage, serial.n_params, layout, 8)
 assert 2 * sent[3] == 3 * sent[1] and sent[1] == sent[2]
+padding = c.size * layout.width - serial.n_params  # zeros that make the chunks equal
+assert sent[1] - sent[0] == 12 * 2 * (c.size - 1) * padding * 8
 print("PASS: every rank holds exactly the table's bytes at every stage; the bytes sent equal "
-      "the formulas; stage 3 sends 1.5 x stage 1 and 2")
+      f"the formulas; stages 1 and 2 send stage 0's bytes plus {padding} padding values per "
+      "pass; stage 3 sends 1.5 x stage 1 and 2")
 
 # %% [markdown]
-# Stages 1 and 2 cost no extra communication: a ring allreduce *is* a reduce-scatter
-# followed by an all-gather, and ZeRO only moves the update in between. Stage 3 pays one
+# Stages 1 and 2 send what stage 0 sends, apart from the padding zeros: a ring allreduce
+# *is* a reduce-scatter followed by an all-gather, and ZeRO only moves the update in between. Stage 3 pays one
 # more all-gather of the weights per step (the backward needs them again) for holding
 # only 1/N of them. The bars also show what sharding costs on a small net: the padding (at
 # most N-1 zeros per layer) and, at stages 1 and 2, the master copy of the shard (with
