@@ -30,27 +30,21 @@ import argparse
 import numpy as np
 
 
-def bare_allreduce(nbytes, n_workers, repeats):
-    """Engine side: median seconds of one ring allreduce of nbytes on the first n engines."""
+def bare_allreduce(comm, nbytes, repeats):
+    """Median seconds of one ring allreduce of nbytes on this comm's ranks."""
     import numpy as np
 
     from coursekit.collectives.timing import time_collective
-    from coursekit.comm import engine_comm, first_ranks
 
-    comm = first_ranks(engine_comm(), n_workers)
-    if comm is None:
-        return None
     return float(np.median(time_collective(comm, "allreduce", "ring", nbytes, repeats)))
 
 
-def link_times(pattern, sizes, n_ranks=2):
-    """Engine side: a calibration of chapter 7 (``pingpong``, ``exchange`` on engines 0
-    and 1, ``ring_exchange`` on the first n_ranks engines); the times on engine 0."""
-    from coursekit.comm import engine_comm, first_ranks
+def link_times(comm, pattern, sizes):
+    """A calibration of chapter 7 (``pingpong``, ``exchange``, ``ring_exchange``) on this
+    comm's ranks."""
     from coursekit.sim import calibrate
 
-    comm = first_ranks(engine_comm(), n_ranks)
-    return None if comm is None else getattr(calibrate, pattern)(comm, sizes, repeats=21)
+    return getattr(calibrate, pattern)(comm, sizes, repeats=21)
 
 
 def main(argv=None):
@@ -65,8 +59,9 @@ def main(argv=None):
     from coursekit.data import make_classification
     from coursekit.nn.layout import n_params
     from coursekit.parallel import dp_experiments as ex
-    from coursekit.parallel.data_parallel import DPConfig
+    from coursekit.parallel.data_parallel import DPConfig, train
     from coursekit.parallel.exchange import predict_comm
+    from coursekit.runner import ClusterRunner
 
     data = make_classification(4096, args.sizes[0], args.sizes[-1], seed=0)
     cfg = DPConfig(sizes=tuple(args.sizes), batch_size=32, epochs=100, max_steps=args.steps,
@@ -74,21 +69,23 @@ def main(argv=None):
     nbytes = n_params(cfg.sizes) * 4
     with cluster.start(n=max(args.workers)) as c:
         setup_comm(c, timeout=30)
+        engines = ClusterRunner(c)
         sizes = [64, 4096, 65536, 1 << 20, 4 << 20]
         big = [256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20]
 
         def fit(pattern, at, n_ranks=2):
-            return costmodel.fit(np.array(at), c.run(link_times, pattern, at, n_ranks)[0])
+            return costmodel.fit(np.array(at), engines.run(link_times, pattern, at,
+                                                           ranks=n_ranks)[0])
 
         fits = {"ping-pong": fit("pingpong", sizes), "exchange": fit("exchange", big)}
         rings = {int(n): fit("ring_exchange", big, int(n)) for n in args.workers if n > 1}
         gamma = float(np.median(c.run(ex.measure_gamma)))
-        run = ex.cluster_runner(c, (data.X_train, data.y_train))
-        run(cfg, max(args.workers))  # warm-up: Numba kernels loaded on every engine
+        train_data = (data.X_train, data.y_train)
+        train(engines, cfg, train_data)  # warm-up: Numba kernels loaded on every engine
         link = fits["exchange"]
-        sc = ex.scaling(run, cfg, args.workers, link.alpha, link.beta, gamma)
-        bare = [next(t for t in c.run(bare_allreduce, nbytes, int(n), 10) if t is not None)
-                if n > 1 else 0.0 for n in sc.workers]
+        sc = ex.scaling(engines, cfg, train_data, args.workers, link.alpha, link.beta, gamma)
+        bare = [engines.run(bare_allreduce, nbytes, 10, ranks=int(n))[0] if n > 1 else 0.0
+                for n in sc.workers]
     print(f"model {list(cfg.sizes)}: gradient {nbytes / 2**20:.2f} MiB float32, batch 32 per worker")
     for name, f in [*fits.items(), *((f"ring of {n}", f) for n, f in rings.items())]:
         print(f"{name:>10} fit: alpha {f.alpha * 1e6:.1f} us, 1/beta {f.bandwidth / 1e9:.2f} GB/s")

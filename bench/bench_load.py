@@ -30,8 +30,8 @@ saves every number:
   16 MiB on 2, 4 and 8 processes of this 2-core machine: median time of one call (slowest
   rank, after a barrier), bus bandwidth, and whether every call finished with the right sum.
 * ``async``: one asynchronous parameter-server run (SSP, staleness 2, 1 shard, 3 workers,
-  ``train_ps`` on ThreadComm ranks via ``coursekit.live.start_local``, as
-  ``async_sgd.start_local`` does) sized from a short calibration run to last ~2 minutes
+  ``train_ps`` on ThreadComm ranks via ``LocalRunner.start``, as
+  ``async_sgd.train`` does) sized from a short calibration run to last ~2 minutes
   (15 s with ``--quick``); RSS, open file descriptors (/proc/self/fd) and threads are
   sampled while it runs (a leak shows as a steady slope), and each rank's trace length
   and dropped count are reported at the end.
@@ -417,16 +417,17 @@ def ps_rank(comm, cfg, data):
 
 
 def section_async(args) -> dict:
-    from coursekit import live
     from coursekit.data import load_digits
-    from coursekit.parallel.async_sgd import PSConfig, collect, train_local
+    from coursekit.parallel.async_sgd import PSConfig, collect, train
+    from coursekit.runner import LocalRunner
 
     duration = 15.0 if args.quick else args.async_seconds
     data = load_digits()
     base = dict(model="ssp", staleness=2, n_servers=1, n_workers=3, eval_every=1000)
-    train_local(PSConfig(**base, steps=20), data)  # warm-up: imports, Numba kernels
+    threads = LocalRunner(4)
+    train(threads, PSConfig(**base, steps=20), data)  # warm-up: imports, Numba kernels
     t0 = time.perf_counter()
-    train_local(PSConfig(**base, steps=2000), data)
+    train(threads, PSConfig(**base, steps=2000), data)
     calibrated = (time.perf_counter() - t0) / 2000
     # measured here: a run of minutes averages ~1.5-2x the short run's time per step (the
     # per-step records it keeps grow, other jobs come and go), so size long runs for that
@@ -436,7 +437,7 @@ def section_async(args) -> dict:
     start = {"rss": rss(), "fds": open_fds(), "threads": threading.active_count()}
     samples = []
     t0 = time.perf_counter()
-    run = live.start_local(ps_rank, cfg.n_ranks, cfg, data, timeout=cfg.timeout)
+    run = LocalRunner(cfg.n_ranks, comm_timeout=cfg.timeout).start(ps_rank, cfg, data)
     interval = 0.5 if args.quick else 2.0
     while not run.ready():
         samples.append((time.perf_counter() - t0, rss(), open_fds(), threading.active_count()))

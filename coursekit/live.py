@@ -2,7 +2,7 @@
 
 Two halves, used by every chapter that trains on engines:
 
-**Worker side** (code running on an engine, or on a ``run_local`` rank)::
+**Worker side** (code a :class:`~coursekit.runner.Runner` runs on a rank)::
 
     from coursekit import live
     reporter = live.Reporter(interval=0.2)       # publishes at most 5 times per second
@@ -17,13 +17,16 @@ whole record, with a sequence number ``seq``, when ``interval`` seconds have pas
 since the last publication.
 :func:`publish` sends one dict right away. On an ipyparallel engine both go through
 ``ipyparallel.datapub.publish_data`` (the engine's IOPub channel; the client merges each
-dict into ``AsyncResult.data``); on a rank started by :func:`start_local` they go to
-that run's ``data``; anywhere else they are dropped, so worker code needs no switch.
+dict into ``AsyncResult.data``); on a rank of a :class:`~coursekit.runner.LocalRunner`
+they go to that run's ``data``; anywhere else they are dropped, so worker code needs no
+switch.
 
 **Notebook side**::
 
-    ar = cluster.view.apply_async(worker_fn, ...)          # or live.start_local(fn, n, ...)
-    result = live.follow(ar, on_update=redraw, total=steps)
+    run = runner.start(worker_fn, ...)          # a LocalRunner's or a ClusterRunner's Run
+    result = live.follow(run, on_update=redraw, total=steps)
+
+(``runner.run(worker_fn, ..., on_update=redraw)`` does both.)
 
 :func:`follow` polls ``ar.data`` every ``interval`` seconds, calls ``on_update(data)``
 (``data`` is one dict per rank) when something new arrived, drives a tqdm progress bar
@@ -37,9 +40,9 @@ import time
 
 from tqdm.auto import tqdm
 
-__all__ = ["LocalRun", "Reporter", "follow", "publish", "start_local"]
+__all__ = ["Reporter", "attach_sink", "follow", "publish"]
 
-_local = threading.local()  # .sink: callable(dict) on a start_local rank
+_local = threading.local()  # .sink: callable(dict) on a LocalRunner rank
 
 
 def publish(**fields) -> None:
@@ -100,53 +103,10 @@ class Reporter:
         self.flush()
 
 
-class LocalRun:
-    """``run_local`` on a background thread, with the handle ``follow`` expects.
-
-    ``data`` holds one dict per rank (what the ranks published); ``ready()``, ``wait``
-    and ``get`` behave like ipyparallel's AsyncResult.
-    """
-
-    def __init__(self, fn, n: int, *args, timeout: float = 30.0, **kwargs):
-        from coursekit.comm import run_local
-
-        self.data: list[dict] = [{} for _ in range(n)]
-        self._result = self._error = None
-
-        def rank_body(comm, *a, **kw):
-            _local.sink = self.data[comm.rank].update
-            try:
-                return fn(comm, *a, **kw)
-            finally:
-                _local.sink = None
-
-        def main():
-            try:
-                self._result = run_local(rank_body, n, *args, timeout=timeout, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - re-raised by get()
-                self._error = exc
-
-        self._thread = threading.Thread(target=main, name="coursekit-local-run", daemon=True)
-        self._thread.start()
-
-    def ready(self) -> bool:
-        return not self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return self.ready()
-
-    def get(self, timeout: float | None = None) -> list:
-        if not self.wait(timeout):
-            raise TimeoutError(f"the local run did not finish within {timeout} s")
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-def start_local(fn, n: int, *args, timeout: float = 30.0, **kwargs) -> LocalRun:
-    """Start ``fn(comm, *args, **kwargs)`` on ``n`` ThreadComm ranks in the background."""
-    return LocalRun(fn, n, *args, timeout=timeout, **kwargs)
+def attach_sink(sink) -> None:
+    """Send what this thread publishes to ``sink(dict)`` (None: detach). A
+    :class:`~coursekit.runner.LocalRunner` attaches each rank's ``data`` dict this way."""
+    _local.sink = sink
 
 
 def _snapshot(result) -> list[dict]:

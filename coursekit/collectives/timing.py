@@ -1,9 +1,8 @@
 """Time collectives on any Comm and compare with the cost model (pure experiment functions).
 
 :func:`time_collective` runs on every rank (a ThreadComm rank, an engine, an MPI rank);
-:func:`measure` drives it through a ``run(fn, *args)`` callable that executes
-``fn(comm, *args)`` on every rank and returns the per-rank results, e.g.
-``functools.partial(run_local, n=4)`` adapted by :func:`local_runner`, or the cluster's.
+:func:`measure` drives it on the first p ranks of a runner (:mod:`coursekit.runner`:
+``LocalRunner(4)`` for ThreadComm ranks, ``ClusterRunner(cluster)`` for engines).
 """
 
 from __future__ import annotations
@@ -64,9 +63,10 @@ class CollectiveTiming:
     busbw_predicted: np.ndarray
 
 
-def measure(run, p: int, collective: str, algorithm: str, sizes, alpha: float, beta: float,
+def measure(runner, p: int, collective: str, algorithm: str, sizes, alpha: float, beta: float,
             repeats: int = 5) -> CollectiveTiming:
-    """Time ``collective``/``algorithm`` at each size via ``run`` and predict it."""
+    """Time ``collective``/``algorithm`` at each size on the first ``p`` ranks of ``runner``
+    (:mod:`coursekit.runner`) and predict it."""
     if algorithm not in ALGORITHMS.get(collective, ()):
         raise ValueError(f"unknown {collective} algorithm {algorithm!r}; allowed: "
                          f"{list(ALGORITHMS.get(collective, ()))}")
@@ -74,15 +74,10 @@ def measure(run, p: int, collective: str, algorithm: str, sizes, alpha: float, b
     nbytes = np.array([4 * max(int(s) // 4 // (p if collective in _SHARED else 1), 1)
                        * (p if collective in _SHARED else 1) for s in sizes])
     measured = np.array([
-        np.max(np.stack(run(time_collective, collective, algorithm, int(n), repeats)), axis=0).min()
+        np.max(np.stack(runner.run(time_collective, collective, algorithm, int(n), repeats,
+                                   ranks=p)), axis=0).min()
         for n in nbytes])
     predicted = costmodel.predict(collective, algorithm, p, nbytes, alpha, beta)
     return CollectiveTiming(collective, algorithm, p, nbytes, measured, predicted,
                             costmodel.busbw(collective, p, nbytes, measured),
                             costmodel.busbw(collective, p, nbytes, np.maximum(predicted, 1e-12)))
-
-
-def local_runner(n: int, timeout: float = 30.0):
-    """A ``run`` for :func:`measure` on ``n`` ThreadComm ranks in this process."""
-    from ..comm import run_local
-    return lambda fn, *args: run_local(fn, n, *args, timeout=timeout)

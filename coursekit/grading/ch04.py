@@ -40,11 +40,12 @@ def _ask(gate, clock, clocks, s) -> bool:
 
 def _run(gate, **kwargs):
     from coursekit.data import load_digits
-    from coursekit.parallel.async_sgd import PSConfig, train_local
+    from coursekit.parallel.async_sgd import PSConfig, train
+    from coursekit.runner import LocalRunner
 
     config = PSConfig(n_workers=3, steps=15, dtype="float64", timeout=TIMEOUT, **kwargs)
     try:
-        return train_local(config, load_digits(dtype=np.float64), gate=gate)
+        return train(LocalRunner(config.n_ranks), config, load_digits(dtype=np.float64), gate=gate)
     except RuntimeError as err:
         if "deadlock" in str(err):
             raise CheckFailure(f"with staleness={config.staleness} the run deadlocked: every "

@@ -23,6 +23,7 @@ from coursekit.comm import run_local
 from coursekit.grading.core import CheckFailure, check
 from coursekit.parallel.compression import Exchanged
 from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.runner import LocalRunner
 from coursekit.parallel.compression.sparsification import keep_count
 
 TIMEOUT = 5.0
@@ -118,8 +119,8 @@ def check_topk_error_feedback(topk_ef_exchange, seed: int = 0):
     """``topk_ef_exchange(comm, grad, residual, ratio) -> (mean, new_residual)``."""
     for p, n, ratio in CASES:
         _check_case(topk_ef_exchange, p, n, ratio, seed)
-    dense = train(2, Setup(epochs=EPOCHS, seed=seed), timeout=60).final_accuracy
-    sparse = train(2, Setup("topk", 0.01, True, epochs=EPOCHS, seed=seed), timeout=60,
+    dense = train(LocalRunner(2), Setup(epochs=EPOCHS, seed=seed), timeout=60).final_accuracy
+    sparse = train(LocalRunner(2), Setup("topk", 0.01, True, epochs=EPOCHS, seed=seed), timeout=60,
                    exchanger=student_exchanger(topk_ef_exchange, 0.01)).final_accuracy
     if sparse < dense - 0.01:
         raise CheckFailure(f"on digits, 2 workers, {EPOCHS} epochs at 99% sparsity reached "

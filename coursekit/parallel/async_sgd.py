@@ -10,14 +10,13 @@ The SSP / ASP worker at step t (``sync`` = SSP or a warm-up step):
   push that every ``n_push`` steps (and at the end).
 
 :func:`train_ps` is the SPMD entry every rank calls with its Comm (shards on ranks 0..S-1,
-workers on S..S+W-1; BSP runs the lockstep loops of :mod:`.ps_bsp`). :func:`train_local`
-runs it on ThreadComm ranks, :func:`train_on_cluster` on the engines of a live cluster;
-both return a :class:`~coursekit.parallel.ps_results.PSResult`, and both can stream the
-workers' progress while they run (:func:`start_local` / :class:`EngineRuns` + :func:`follow`,
-built on :mod:`coursekit.live`).
+workers on S..S+W-1; BSP runs the lockstep loops of :mod:`.ps_bsp`). :func:`train` runs it
+on a runner (ThreadComm ranks or a live cluster's engines, :mod:`coursekit.runner`),
+streams the workers' progress to ``on_update`` (:mod:`coursekit.live`) and returns a
+:class:`~coursekit.parallel.ps_results.PSResult`.
 
-    >>> from coursekit.parallel.async_sgd import PSConfig, train_local
-    >>> r = train_local(PSConfig(model="ssp", staleness=2, n_workers=3, steps=40))
+    >>> from coursekit.runner import LocalRunner
+    >>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, n_workers=3, steps=40))
     >>> int(r.staleness.max()) <= 2
     True
 """
@@ -26,8 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from coursekit import live
-from coursekit.comm import reset_comm
+from coursekit import checks
 from coursekit.comm.trace import now
 from coursekit.parallel.faults import check_may_kill
 from coursekit.parallel.param_server import ShardServer, serve
@@ -37,9 +35,9 @@ from coursekit.parallel.ps_consistency import combined_push, ssp_gate
 from coursekit.parallel.ps_protocol import EVICTED, HELLO
 from coursekit.parallel.ps_results import PSResult, WorkerReport
 from coursekit.parallel.ps_worker import Crashed, Worker
+from coursekit.runner import Runner
 
-__all__ = ["EngineRuns", "PSConfig", "PSResult", "async_work", "collect", "follow", "start_local",
-           "train_local", "train_on_cluster", "train_ps"]
+__all__ = ["PSConfig", "PSResult", "async_work", "collect", "train", "train_ps"]
 
 
 def async_work(me: Worker) -> WorkerReport:
@@ -118,84 +116,28 @@ def collect(config: PSConfig, outputs: list) -> PSResult:
                     list(outputs[config.n_servers:config.n_ranks]))
 
 
-def start_local(config: PSConfig, data=None, gate=ssp_gate) -> live.LocalRun:
-    """Start ``config`` on ``config.n_ranks`` ThreadComm ranks in the background."""
-    if data is None:
-        from coursekit.data import load_digits
-        data = load_digits()
-    return live.start_local(train_ps, config.n_ranks, config, data, gate, timeout=config.timeout)
+def train(runner: Runner, config: PSConfig, data=None, *, on_update=None, gate=ssp_gate,
+          timeout: float | None = None) -> PSResult:
+    """Run ``config`` on the first ``config.n_ranks`` ranks of ``runner`` (ThreadComm ranks
+    or engines, :mod:`coursekit.runner`) and return its PSResult.
 
+    ``data``: a :class:`coursekit.data.Dataset` (None: every rank loads the digits);
+    ``on_update(data)``: the workers' live progress, one dict per rank; ``gate``: the SSP
+    clock gate (the exercise passes the student's).
 
-class EngineRuns:
-    """One AsyncResult per engine, seen as one run (what :func:`coursekit.live.follow` polls).
-
-    Unlike a single multi-engine AsyncResult, :meth:`get` survives a worker engine that
-    died: its output is None (its shards report it lost).
-    """
-
-    def __init__(self, cluster, config: PSConfig):
-        config.check_size(cluster.size)
-        self.config = config
-        self.results = [cluster.client[eid].apply_async(_on_engine, config)
-                        for eid in cluster.engine_ids]
-
-    @property
-    def data(self) -> list[dict]:
-        return [ar.data for ar in self.results]
-
-    def wait(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else now() + timeout
-        for ar in self.results:
-            ar.wait(None if deadline is None else max(deadline - now(), 0))
-        return all(ar.ready() for ar in self.results)
-
-    def get(self, timeout: float | None = None) -> list:
-        import ipyparallel as ipp
-
-        from coursekit.cluster import EngineError
-
-        if not self.wait(timeout):
-            raise TimeoutError(f"the run did not finish within {timeout} s; "
-                               "interrupt the engines with cluster.interrupt()")
-        outputs = []
-        for rank, ar in enumerate(self.results):
-            try:
-                outputs.append(ar.get())
-            except ipp.error.RemoteError as err:
-                if err.ename != "EngineError" or rank not in self.config.worker_ranks:
-                    raise EngineError(f"train_ps failed on rank {rank}: {err.ename}: "
-                                      f"{err.evalue}") from None
-                outputs.append(None)  # its process died: the shards say when
-        return outputs
-
-
-def _on_engine(config: PSConfig):
-    from coursekit.comm import engine_comm
-    return train_ps(engine_comm(), config)
-
-
-def follow(run, config: PSConfig, on_update=None, timeout: float = 120.0) -> PSResult:
-    """Wait for ``run`` (from :func:`start_local` or :class:`EngineRuns`), calling
-    ``on_update(data)`` with the workers' live progress; return the PSResult."""
-    return collect(config, live.follow(run, on_update, progress=False, timeout=timeout))
-
-
-def train_local(config: PSConfig, data=None, gate=ssp_gate) -> PSResult:
-    """Run ``config`` on ThreadComm ranks in this process and return its PSResult."""
-    return follow(start_local(config, data, gate), config, timeout=config.timeout * 4)
-
-
-def train_on_cluster(cluster, config: PSConfig, on_update=None, timeout: float = 120.0) -> PSResult:
-    """Run ``config`` on the engines of ``cluster`` (after ``setup_comm(cluster)``).
-
-    A crashed worker (``config.crash``) reports status "crashed"; a worker engine that
+    A crashed worker (``config.crash``) reports status "crashed"; a worker whose engine
     died (``crash_kills``, or killed from outside) yields None in ``result.workers``; the
-    shards report either in ``result.lost``. After a run that lost a worker whose engine
-    lives on, the engines' comms are rebuilt (:func:`~coursekit.comm.reset_comm`): messages
-    the shards sent it must not reach the next run.
+    shards report either in ``result.lost``. After a run that lost a worker whose process
+    lives on, the ranks' comms are rebuilt (:meth:`~coursekit.runner.Runner.reset_comms`):
+    messages the shards sent it must not reach the next run.
     """
-    check_may_kill(cluster, bool(config.crash) and config.crash_kills, "crash_kills=True")
-    result = follow(EngineRuns(cluster, config), config, on_update, timeout)
+    checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
+    checks.instance(config, "config", PSConfig)
+    config.check_size(runner.size)
+    check_may_kill(runner, bool(config.crash) and config.crash_kills, "crash_kills=True")
+    outputs = runner.run(train_ps, config, data, gate, ranks=config.n_ranks, on_update=on_update,
+                         may_die=config.worker_ranks, timeout=timeout)
+    result = collect(config, outputs)
     if result.lost and all(report is not None for report in result.workers):
-        reset_comm(cluster)
+        runner.reset_comms()
     return result

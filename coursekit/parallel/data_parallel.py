@@ -12,13 +12,13 @@ So N workers with n examples each train exactly like one worker with batch n * N
 tests check that sync allreduce training on 1, 2, 3, 4 ranks gives the parameters of
 :func:`coursekit.nn.train` on the concatenated batches (float64, tight tolerance). Synchronous
 means every step waits for the slowest worker (:mod:`.spans` injects a straggler), and a
-worker that dies stops the run: the others time out waiting for it, and
-:func:`train_cluster` names it. :mod:`.checkpoint` saves every k steps; ``resume=True``
+worker that dies stops the run: the others time out waiting for it, and the run's
+:class:`~coursekit.runner.RankFailure` names it. :mod:`.checkpoint` saves every k steps; ``resume=True``
 continues from the newest complete checkpoint whose files are intact (damaged ones are
 skipped with a warning) and gives the uninterrupted run's parameters.
 
-Run it on ThreadComm ranks with :func:`train_local` or on engines with
-:func:`train_cluster`; both return a :class:`DPResult`. Set ``config.bucket_mb`` to
+Run it with :func:`train` on a runner (ThreadComm ranks or engines, :mod:`coursekit.runner`);
+it returns a :class:`DPResult`. Set ``config.bucket_mb`` to
 overlap the gradient allreduce with the backward pass (:mod:`.buckets`).
 """
 
@@ -30,13 +30,13 @@ from collections import deque
 import numpy as np
 
 from coursekit import checks, live
-from coursekit.comm import run_local
 from coursekit.comm.trace import now
 from coursekit.datafile import as_source
 from coursekit.nn import reference
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import Momentum, make_optimizer
 from coursekit.parallel.faults import check_may_kill
+from coursekit.runner import Runner
 
 from . import checkpoint
 from .dp_config import DPConfig
@@ -46,20 +46,11 @@ from .lr_rules import LRSchedule
 from .sampler import Sampler
 from .spans import COMPUTE_KINDS, SpanRecorder, step_totals
 
-__all__ = ["DPConfig", "DPResult", "RankResult", "WorkerCrashed", "WorkerLost",
-           "train_cluster", "train_local", "train_worker"]
+__all__ = ["DPConfig", "DPResult", "RankResult", "WorkerCrashed", "train", "train_worker"]
 
 
 class WorkerCrashed(RuntimeError):
     """The injected fault: a worker dies (raised on in-process ranks; engines exit)."""
-
-
-class WorkerLost(RuntimeError):
-    """Synchronous training stopped because a worker failed; ``ranks`` names it (them)."""
-
-    def __init__(self, message: str, ranks: list[int]):
-        super().__init__(message)
-        self.ranks = ranks
 
 
 def _crash(rank: int, step: int) -> None:
@@ -198,78 +189,28 @@ def _restore(cfg, rank, n, mlp, opt, sampler) -> int:
     return ckpt.step
 
 
-def train_local(config: DPConfig, data, n_workers: int, eval_data=None, *, resume: bool = False,
-                timeout: float = 30.0, on_update=None, progress: bool = False,
-                gradient_sum=None) -> DPResult:
-    """Train on ``n_workers`` ThreadComm ranks in this process (tests, exercises, quick demos).
+def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: int | None = None,
+          resume: bool = False, on_update=None, progress: bool = False, gradient_sum=None,
+          timeout: float | None = None) -> DPResult:
+    """Train on the first ``workers`` ranks of ``runner`` (default all of them): a
+    :class:`~coursekit.runner.LocalRunner` (ThreadComm ranks: tests, exercises, quick demos)
+    or a :class:`~coursekit.runner.ClusterRunner` (engines, after ``setup_comm``).
 
-    ``on_update(data)`` / ``progress``: follow the run live (:func:`coursekit.live.follow`).
-    A failing worker raises its own error, prefixed with its rank.
+    ``data``: on engines preferably a :class:`~coursekit.datafile.PackedFile` (each engine
+    maps it), or a small ``(X, y)`` pair (shipped to every rank). ``on_update(data)`` /
+    ``progress``: follow the run live (:func:`coursekit.live.follow`); ``gradient_sum``:
+    the hook that replaces the exchange's gradient sum (chapter 6's compressed exchange).
+    A failed run raises :class:`~coursekit.runner.RankFailure` naming the worker(s) whose
+    error stopped it.
     """
-    n = checks.instance(config, "config", DPConfig).check_workers(n_workers)
-    if on_update is None and not progress:
-        results = run_local(train_worker, n, config, data, eval_data, resume=resume,
-                            gradient_sum=gradient_sum, timeout=timeout)
-    else:
-        run = live.start_local(train_worker, n, config, data, eval_data, resume=resume,
-                               gradient_sum=gradient_sum, timeout=timeout)
-        results = live.follow(run, on_update, progress=progress, interval=config.publish_interval
-                              or 0.1)
-    return combine(config, results)
-
-
-def _engine_train(config, data, eval_data, n_workers, resume, gradient_sum):
-    """Engine side of :func:`train_cluster`: ranks >= n_workers sit this run out."""
-    from coursekit.comm import engine_comm, first_ranks
-
-    comm = first_ranks(engine_comm(), n_workers)
-    return None if comm is None else train_worker(comm, config, data, eval_data, resume=resume,
-                                                  gradient_sum=gradient_sum)
-
-
-def train_cluster(cluster, config: DPConfig, data, eval_data=None, *, workers: int | None = None,
-                  resume: bool = False, timeout: float = 120.0, on_update=None,
-                  progress: bool = False, gradient_sum=None) -> DPResult:
-    """Train on the engines of ``cluster`` (after ``setup_comm(cluster)``): the first
-    ``workers`` of them (default all). ``data`` should be a :class:`~coursekit.datafile.PackedFile`
-    (each engine maps it) or a small ``(X, y)`` pair (shipped to every engine).
-
-    Raises :class:`WorkerLost` naming the worker(s) that failed when a run breaks.
-    """
-    import ipyparallel as ipp
-
     checks.instance(config, "config", DPConfig)
-    check_may_kill(cluster, config.crash_rank is not None, "crash_rank (a data-parallel "
+    checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
+    check_may_kill(runner, config.crash_rank is not None, "crash_rank (a data-parallel "
                    "crash ends its engine process)")
-    n = config.check_workers(cluster.size if workers is None else workers)
-    if n > cluster.size:
-        raise ValueError(f"workers={n} but the cluster has {cluster.size} engines")
-    ar = cluster.view.apply_async(_engine_train, config, data, eval_data, n, resume, gradient_sum)
-    try:
-        results = live.follow(ar, on_update, progress=progress, timeout=timeout,
-                              interval=config.publish_interval or 0.1)
-    except (ipp.error.CompositeError, ipp.error.RemoteError):
-        raise _lost(ar.get(return_exceptions=True)) from None
-    except BaseException:
-        cluster.interrupt()
-        raise
-    return combine(config, results[:n])
-
-
-def _lost(outcomes: list) -> WorkerLost:
-    """Name the worker(s) whose failure stopped the run, not the ones that merely timed out.
-
-    ``outcomes``: one result or exception per engine, in rank order.
-    """
-    lines, causes = [], []
-    for rank, outcome in enumerate(outcomes):
-        if not isinstance(outcome, BaseException):
-            continue
-        ename = getattr(outcome, "ename", type(outcome).__name__)
-        lines.append(f"rank {rank}: {ename}: {getattr(outcome, 'evalue', outcome)}")
-        if ename not in ("CommTimeout", "CommError"):
-            causes.append(rank)
-    who = ", ".join(f"rank {r}" for r in causes) if causes else "(none named)"
-    return WorkerLost(f"synchronous training stopped: worker {who} failed; the others could not "
-                      "finish their step without it and stopped at their comm timeout.\n  "
-                      + "\n  ".join(lines), causes)
+    n = config.check_workers(runner.size if workers is None else workers)
+    if n > runner.size:
+        raise ValueError(f"workers={n} but {runner.describe()} has {runner.size} ranks")
+    results = runner.run(train_worker, config, data, eval_data, ranks=n, resume=resume,
+                         gradient_sum=gradient_sum, on_update=on_update, progress=progress,
+                         interval=config.publish_interval or 0.1, timeout=timeout)
+    return combine(config, results)

@@ -1,8 +1,8 @@
 """Chapter 3's experiments as pure functions: settings in, arrays out.
 
-Each takes ``run(config, n_workers) -> DPResult``: ``train_local`` on ThreadComm ranks
-(:func:`local_runner`) or ``train_cluster`` on engines (:func:`cluster_runner`), so the
-notebook, the widget panel, the benchmark and the tests share them.
+Each takes a runner (:mod:`coursekit.runner`: ThreadComm ranks or engines), the config,
+the data, its own sweep, and ``eval_data=``; each run is :func:`~.data_parallel.train` on
+that runner, so the notebook, the widget panel, the benchmark and the tests share them.
 
 * :func:`sweep_exchange` - parameter server vs allreduce as workers grow: time per step,
   exposed communication and bytes through the busiest rank, measured and predicted.
@@ -25,22 +25,14 @@ from coursekit.nn.layout import n_params
 
 from .exchange import predict_bytes_through, predict_comm
 
-__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "cluster_runner",
-           "local_runner", "lr_rule_grid", "measure_gamma", "scaling", "straggler_sweep",
+__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid", "measure_gamma", "scaling", "straggler_sweep",
            "sweep_exchange"]
 
 
-def local_runner(data, eval_data=None, timeout: float = 30.0):
-    """``run(config, n)`` on ThreadComm ranks in this process."""
-    from .data_parallel import train_local
-    return lambda config, n, **kw: train_local(config, data, n, eval_data, timeout=timeout, **kw)
-
-
-def cluster_runner(cluster, data, eval_data=None, timeout: float = 120.0):
-    """``run(config, n)`` on the first n engines of ``cluster`` (after ``setup_comm``)."""
-    from .data_parallel import train_cluster
-    return lambda config, n, **kw: train_cluster(cluster, config, data, eval_data, workers=n,
-                                                 timeout=timeout, **kw)
+def _trainer(runner, data, eval_data):
+    """``run(config, n)``: :func:`~.data_parallel.train` on the first n ranks of ``runner``."""
+    from .data_parallel import train
+    return lambda config, n: train(runner, config, data, eval_data, workers=n)
 
 
 def _gradient_bytes(config) -> int:
@@ -71,9 +63,10 @@ class ExchangeSweep:
     predicted_busiest_bytes: dict
 
 
-def sweep_exchange(run, config, workers, alpha: float, beta: float, gamma: float = 0.0,
-                   modes=("allreduce", "ps")) -> ExchangeSweep:
+def sweep_exchange(runner, config, data, workers, alpha: float, beta: float, gamma: float = 0.0,
+                   modes=("allreduce", "ps"), *, eval_data=None) -> ExchangeSweep:
     """Run ``config`` with every exchange in ``modes`` on each number of ``workers``."""
+    run = _trainer(runner, data, eval_data)
     workers = np.asarray(workers, int)
     nbytes, item = _gradient_bytes(config), np.dtype(config.dtype).itemsize
     out = {k: {m: [] for m in modes} for k in ("t", "c", "b", "pc", "pb")}
@@ -102,8 +95,10 @@ class LRGrid:
     final_loss: np.ndarray
 
 
-def lr_rule_grid(run, config, workers, rules, per_worker_batch: int) -> LRGrid:
+def lr_rule_grid(runner, config, data, workers, rules, per_worker_batch: int, *,
+                 eval_data=None) -> LRGrid:
     """Global batch B = n * N grows with N; ``config.lr`` is tuned for one worker's n."""
+    run = _trainer(runner, data, eval_data)
     workers = np.asarray(workers, int)
     acc = np.empty((len(rules), len(workers)))
     loss = np.empty_like(acc)
@@ -125,8 +120,10 @@ class StragglerSweep:
     others_compute: np.ndarray
 
 
-def straggler_sweep(run, config, n: int, factors, rank: int = 0) -> StragglerSweep:
+def straggler_sweep(runner, config, data, n: int, factors, rank: int = 0, *,
+                    eval_data=None) -> StragglerSweep:
     """Make worker ``rank`` of ``n`` slower by each factor in turn."""
+    run = _trainer(runner, data, eval_data)
     factors = np.asarray(factors, float)
     rows = []
     for f in factors:
@@ -162,9 +159,10 @@ class Scaling:
         return self.predicted_step[0] / self.predicted_step
 
 
-def scaling(run, config, workers, alpha: float, beta: float, gamma: float = 0.0,
-            per_worker_batch: int | None = None) -> Scaling:
+def scaling(runner, config, data, workers, alpha: float, beta: float, gamma: float = 0.0,
+            per_worker_batch: int | None = None, *, eval_data=None) -> Scaling:
     """Run with n examples per worker on each number of workers (weak scaling)."""
+    run = _trainer(runner, data, eval_data)
     workers = np.asarray(workers, int)
     n_each = per_worker_batch or config.batch_size
     nbytes = _gradient_bytes(config)

@@ -83,14 +83,14 @@ class Validation:
         return self.measured_s / self.simulated_s
 
 
-def validate(run, p: int, *, sizes=(64, 512, 512, 10), batch: int = 64,
+def validate(runner, p: int, *, sizes=(64, 512, 512, 10), batch: int = 64,
              steps: int = 20) -> Validation:
-    """``run(fn, *args)`` runs ``fn(comm, *args)`` on the p ranks and returns their results
-    (e.g. ``lambda fn, *a: c.run(call_with_comm, fn, *a)`` on a cluster)."""
+    """Measure and simulate on the first ``p`` ranks of ``runner`` (:mod:`coursekit.runner`:
+    ``ClusterRunner(cluster)`` for engines, ``LocalRunner(p)`` for threads)."""
     if p < 2:
         raise ValueError(f"validate needs at least 2 ranks to communicate, got p={p}")
-    link = link_fit(SIZES, run(exchange, SIZES, 5, 0, 1)[0])
-    results = run(dp_step, tuple(sizes), batch, steps)
+    link = link_fit(SIZES, runner.run(exchange, SIZES, 5, 0, 1, ranks=p)[0])
+    results = runner.run(dp_step, tuple(sizes), batch, steps, ranks=p)
     compute = max(r[0] for r in results)
     measured = max(r[1] for r in results)
     gamma = float(np.median([r[2] for r in results]))

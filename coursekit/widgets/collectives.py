@@ -1,10 +1,8 @@
 """Chapter 2 panel: run a collective on the live ranks, plot measured vs predicted.
 
 Thin by design: Run reads the controls and calls the pure experiment
-:func:`coursekit.collectives.timing.measure` through ``make_run(p)``, a callable that
-returns a ``run(fn, *args)`` executing ``fn(comm, *args)`` on p ranks: the engines of the
-panel's cluster (:func:`engine_runner`, the default), or
-:func:`~coursekit.collectives.timing.local_runner` for ThreadComm ranks. The plot is a
+:func:`coursekit.collectives.timing.measure` on the panel's runner: the engines of its
+cluster, or a ``runner=LocalRunner(n)`` (ThreadComm ranks). The plot is a
 PNG; layout, Run / Stop, errors and a lost cluster are handled by
 :class:`coursekit.widgets.panel.Panel` (tests set ``panel.collective.value = "bcast"`` and
 call ``panel.run()``).
@@ -18,11 +16,10 @@ from matplotlib.figure import Figure
 
 from coursekit.collectives import ALGORITHMS, DEFAULT_ALGORITHM
 from coursekit.collectives.timing import measure
-from coursekit.comm import call_with_comm
 from coursekit.viz import byte_label, color, legend_outside
-from coursekit.widgets.panel import Panel, png, size_limit
+from coursekit.widgets.panel import Panel, png, run_target, size_limit
 
-__all__ = ["CollectivesPanel", "engine_runner", "plot_timing"]
+__all__ = ["CollectivesPanel", "plot_timing"]
 
 SIZES = tuple(1 << k for k in range(10, 27, 2))  # 1 KiB .. 64 MiB
 
@@ -45,32 +42,19 @@ def plot_timing(result) -> Figure:
     return fig
 
 
-def engine_runner(cluster, p: int):
-    """``run(fn, *args)`` executing ``fn(comm, *args)`` on every engine of ``cluster`` (after
-    ``setup_comm``); ``p`` must be the number of engines (the comm spans all of them)."""
-    if p != cluster.size:
-        raise ValueError(f"this cluster has {cluster.size} engines; start one with "
-                         f"cluster.start(n={p})")
-    return lambda fn, *args: cluster.run(call_with_comm, fn, *args)
-
-
 class CollectivesPanel(Panel):
     """Controls: collective, algorithm, number of ranks, largest message size; a Run button.
 
-    ``make_run(p)``: see the module docstring (None: the engines of ``cluster``);
-    ``max_ranks``: the largest p offered (None: the cluster's size). ``alpha`` (s) and
+    ``max_ranks``: the largest p offered (None: the runner's or cluster's size). ``alpha`` (s) and
     ``beta`` (s/B) are the fitted link parameters used for predictions; the latest
     :class:`~coursekit.collectives.timing.CollectiveTiming` is ``panel.result``.
-    ``panel_options`` (``cluster``, ``restart``, ``prepare``) go to :class:`Panel`.
+    ``panel_options`` (``cluster`` or ``runner``, ``restart``, ``prepare``) go to
+    :class:`Panel`.
     """
 
-    def __init__(self, make_run=None, max_ranks: int | None = None, *, alpha: float,
-                 beta: float, repeats: int = 3, experiment=measure, **panel_options):
-        cluster = panel_options.get("cluster")
-        if make_run is None and cluster is None:
-            raise ValueError("give make_run= (e.g. local_runner) or cluster= (a started cluster)")
-        max_ranks = size_limit("max_ranks", max_ranks, cluster)
-        self.make_run = make_run or (lambda p: engine_runner(self.cluster, p))
+    def __init__(self, max_ranks: int | None = None, *, alpha: float, beta: float,
+                 repeats: int = 3, experiment=measure, **panel_options):
+        max_ranks = size_limit("max_ranks", max_ranks, run_target(panel_options))
         self.alpha, self.beta, self.repeats = alpha, beta, repeats
         self.experiment = experiment
         style = {"description_width": "110px"}
@@ -95,7 +79,7 @@ class CollectivesPanel(Panel):
         """Measure with the current settings."""
         p = self.ranks.value
         sizes = [s for s in SIZES if s <= self.size.value]
-        return self.experiment(self.make_run(p), p, self.collective.value, self.algorithm.value,
+        return self.experiment(self.runner(), p, self.collective.value, self.algorithm.value,
                                sizes, self.alpha, self.beta, repeats=self.repeats)
 
     def show(self, r) -> None:

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from coursekit.parallel.compression import COMPRESSORS, make_compressor
 from coursekit.parallel.compression.experiment import Setup, train
 from coursekit.viz import color, legend_outside, readable_log_ticks, series_color
-from coursekit.widgets.panel import Panel, png, size_limit
+from coursekit.widgets.panel import Panel, run_target, png, size_limit
 
 __all__ = ["CompressionPanel", "VALUES", "plot_runs"]
 
@@ -71,14 +71,14 @@ def exchange_comparison(result, alpha: float, beta: float) -> str:
 class CompressionPanel(Panel):
     """Controls and plot; ``panel.results`` holds every run since the last Clear.
 
-    ``cluster``: a started cluster with a Comm on its engines (None: ThreadComm ranks in
-    this process). ``alpha`` (s) and ``beta`` (s/B): the link, for the cost model.
-    ``panel_options`` (``restart``, ``prepare``) go to :class:`Panel`.
+    ``alpha`` (s) and ``beta`` (s/B): the link, for the cost model. ``panel_options``
+    (``cluster``: a started cluster with a Comm on its engines, or ``runner``: e.g.
+    ``LocalRunner(4)``; ``restart``, ``prepare``) go to :class:`Panel`.
     """
 
-    def __init__(self, cluster=None, *, alpha: float, beta: float, max_workers: int | None = None,
+    def __init__(self, *, alpha: float, beta: float, max_workers: int | None = None,
                  epochs: int = 10, seed: int = 0, experiment=train, **panel_options):
-        max_workers = size_limit("max_workers", max_workers, cluster, default=4)
+        max_workers = size_limit("max_workers", max_workers, run_target(panel_options))
         self.alpha, self.beta, self.seed = alpha, beta, seed
         self.experiment = experiment
         style = {"description_width": "110px"}
@@ -93,7 +93,7 @@ class CompressionPanel(Panel):
         self.compressor.observe(lambda change: self._set_values(change["new"]), names="value")
         self._set_values(self.compressor.value)
         super().__init__([self.compressor, self.value, self.error_feedback, self.workers,
-                          self.epochs], keep_runs=True, cluster=cluster,
+                          self.epochs], keep_runs=True,
                          hint="Pick a compressor and press Run.", **panel_options)
 
     def _set_values(self, name: str) -> None:
@@ -118,7 +118,7 @@ class CompressionPanel(Panel):
 
     def compute(self):
         """Train with the current settings, following the workers live."""
-        return self.experiment(self.workers.value, self.setup(), cluster=self.cluster,
+        return self.experiment(self.runner(), self.setup(), workers=self.workers.value,
                                on_update=self.on_data)
 
     def draw_live(self, data) -> None:

@@ -4,8 +4,8 @@ The plot functions draw results of :mod:`coursekit.parallel.data_parallel` and
 :mod:`coursekit.parallel.dp_experiments`; each returns its Figure (a pyplot figure, or
 draws into ``fig`` when given one). :class:`DataParallelPanel` is thin: Run reads the
 controls into a :class:`~coursekit.parallel.dp_config.DPConfig`, calls
-``run(config, n_workers, on_update=...)`` (``train_local`` or ``train_cluster``, see
-:func:`~coursekit.parallel.dp_experiments.local_runner`), moves the progress bar and
+:func:`~coursekit.parallel.data_parallel.train` on the panel's runner (its cluster's
+engines, or a ``runner=LocalRunner(n)``) with ``on_update=``, moves the progress bar and
 redraws the loss so far and the latest step's per-rank timeline while the engines train
 (:func:`plot_live`), then draws the loss curve and the timeline of the last steps.
 Layout, Stop, errors and a lost cluster: :class:`coursekit.widgets.panel.Panel`. Tests
@@ -23,10 +23,10 @@ from matplotlib.figure import Figure
 
 from coursekit.collectives import ALGORITHMS
 from coursekit.parallel.dp_config import EXCHANGES, DPConfig
-from coursekit.parallel.dp_experiments import cluster_runner
+from coursekit.parallel.data_parallel import train
 from coursekit.parallel.lr_rules import RULES
 from coursekit.viz import byte_label, color, legend_outside, plot_timeline, readable_log_ticks, series_color
-from coursekit.widgets.panel import LiveRepr, Panel, png, size_limit
+from coursekit.widgets.panel import LiveRepr, Panel, png, run_target, size_limit
 
 __all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_live",
            "plot_lr_grid", "plot_run", "plot_scaling", "plot_straggler", "plot_timeline_of"]
@@ -188,20 +188,16 @@ class DataParallelPanel(Panel):
     """Controls for one run: workers, exchange, algorithm, LR rule, per-worker batch,
     straggler factor, bucket size; Run / Stop, a live progress bar, loss + timeline.
 
-    ``run(config, n_workers, on_update=...) -> DPResult`` trains (None: ``train_cluster`` on
-    the panel's ``cluster`` with ``data`` and ``eval_data``); ``max_workers`` (None: the
-    cluster's size); ``base`` holds every other setting; ``panel_options`` (``cluster``,
-    ``restart``, ``prepare``) go to :class:`Panel`. The latest result is ``panel.result``.
+    Trains on ``data`` (evaluated on ``eval_data``) with :func:`train`; ``max_workers``
+    (None: the runner's or cluster's size); ``base`` holds every other setting;
+    ``panel_options`` (``cluster`` or ``runner``, ``restart``, ``prepare``) go to
+    :class:`Panel`. The latest result is ``panel.result``.
     """
 
-    def __init__(self, run=None, max_workers: int | None = None, base: DPConfig | None = None,
-                 *, data=None, eval_data=None, **panel_options):
-        cluster = panel_options.get("cluster")
-        if run is None and (cluster is None or data is None):
-            raise ValueError("give run= (e.g. local_runner(...)) or cluster= and data=")
-        max_workers = size_limit("max_workers", max_workers, cluster)
-        self.run_fn = run or (lambda config, n, **kw: cluster_runner(
-            self.cluster, data, eval_data)(config, n, **kw))
+    def __init__(self, max_workers: int | None = None, base: DPConfig | None = None,
+                 *, data, eval_data=None, **panel_options):
+        max_workers = size_limit("max_workers", max_workers, run_target(panel_options))
+        self.data, self.eval_data = data, eval_data
         self.base = base or DPConfig()
         style = {"description_width": "120px"}
         self.workers = widgets.IntSlider(max_workers, min=1, max=max_workers,
@@ -234,7 +230,8 @@ class DataParallelPanel(Panel):
 
     def compute(self):
         """Train with the current settings, following the workers live."""
-        return self.run_fn(self.config(), self.workers.value, on_update=self.on_data)
+        return train(self.runner(), self.config(), self.data, self.eval_data,
+                     workers=self.workers.value, on_update=self.on_data)
 
     def draw_live(self, data) -> None:
         self.say(f"running: {live_label(data)}")

@@ -81,6 +81,15 @@ def size_limit(name: str, value, cluster, minimum: int = 1, default: int | None 
     return value
 
 
+def run_target(panel_options: dict):
+    """The ``runner=`` or else the ``cluster=`` among a panel's options (what sizes it);
+    a ValueError naming both when neither is given."""
+    where = panel_options.get("runner") or panel_options.get("cluster")
+    if where is None:
+        raise ValueError("give cluster= (a started cluster) or runner= (e.g. LocalRunner(4))")
+    return where
+
+
 class RunStopped(Exception):
     """Raised by a panel's progress callbacks once Stop was pressed: ends a local run."""
 
@@ -113,16 +122,19 @@ class Panel(LiveRepr, widgets.VBox):
 
     ``auto=True``: every change of a control runs the experiment at once (for fast,
     simulated experiments); Run still works. ``cluster``: the cluster the experiment uses
-    (Stop interrupts it, its health is watched); ``restart() -> cluster`` and
+    (Stop interrupts it, its health is watched); ``runner``: a
+    :class:`~coursekit.runner.LocalRunner` to run on instead of a cluster (tests, a quick
+    demo); :meth:`runner` gives the one to use now. ``restart() -> cluster`` and
     ``prepare(cluster)``: see the module docstring. The latest result is ``panel.result``
     (None after an error or a stop).
     """
 
     def __init__(self, controls, *, columns: int = 1, outputs=(), plot=None, keep_runs=False,
-                 cluster=None, restart=None, prepare=None, auto: bool = False,
+                 cluster=None, runner=None, restart=None, prepare=None, auto: bool = False,
                  hint: str = "Pick the settings and press Run.", poll: float = 0.2,
                  stop_grace: float = 10.0, live_interval: float = 0.5):
         self.cluster, self.restart_fn, self.prepare = cluster, restart, prepare
+        self.local_runner = runner
         self.poll, self.stop_grace, self.live_interval = poll, stop_grace, live_interval
         self.result = self.error = None
         self._thread = None                 # a clicked run
@@ -169,6 +181,16 @@ class Panel(LiveRepr, widgets.VBox):
     def compute(self):
         """Call the experiment with the current settings and return its result."""
         raise NotImplementedError
+
+    def runner(self):
+        """Where the experiment runs now: the ``runner`` given, else the engines of the
+        panel's cluster (the restarted one after a Restart)."""
+        if self.local_runner is not None:
+            return self.local_runner
+        if self.cluster is None:
+            raise ValueError("this panel has neither a runner= nor a cluster= to run on")
+        from coursekit.runner import ClusterRunner
+        return ClusterRunner(self.cluster)
 
     def show(self, result) -> None:
         """Draw ``result``: the status line and the plot."""

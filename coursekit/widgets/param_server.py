@@ -1,9 +1,9 @@
 """Chapter 4 panel: train on the parameter server with the consistency model the controls pick.
 
 Thin by design: Run builds a :class:`~coursekit.parallel.ps_config.PSConfig` from the
-controls, starts it with ``start(config)`` (:class:`~coursekit.parallel.async_sgd.EngineRuns`
-on the panel's cluster, :func:`~coursekit.parallel.async_sgd.start_local` on ThreadComm ranks) and
-follows the workers' live progress (:mod:`coursekit.live`): the accuracy curves grow while
+controls, runs it with :func:`~coursekit.parallel.async_sgd.train` on the panel's runner (its
+cluster's engines, or a ``runner=LocalRunner(n)``) and follows the workers' live progress
+(:mod:`coursekit.live`): the accuracy curves grow while
 the run goes. At the end it draws accuracy against wall-clock time and against gradients
 applied (every run so far, to compare), the staleness histogram and per-worker time.
 Layout, Run / Stop, errors and a lost cluster: :class:`coursekit.widgets.panel.Panel`;
@@ -19,10 +19,10 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from coursekit.parallel.async_sgd import EngineRuns, follow
+from coursekit.parallel.async_sgd import train
 from coursekit.parallel.ps_config import PSConfig
 from coursekit.viz import color, integer_ticks, legend_outside, plot_timeline
-from coursekit.widgets.panel import Panel, hide_when_empty, png, size_limit
+from coursekit.widgets.panel import Panel, hide_when_empty, png, run_target, size_limit
 
 __all__ = ["ParamServerPanel", "label", "plot_live", "plot_runs", "plot_worker_timeline"]
 
@@ -107,20 +107,18 @@ def plot_worker_timeline(result, title: str | None = None):
 class ParamServerPanel(Panel):
     """Controls: consistency model, staleness bound, workers, servers, straggler delay; Run.
 
-    ``start(config)`` launches a run (None: :class:`EngineRuns` on the panel's ``cluster``);
-    ``max_ranks`` bounds servers + workers (None: the cluster's size); ``base`` holds every
-    other setting (steps, lr ...); ``panel_options`` (``cluster``, ``restart``, ``prepare``)
-    go to :class:`Panel`. ``panel.results`` keeps every finished run; ``panel.live`` shows
+    ``max_ranks`` bounds servers + workers (None: the runner's or cluster's size); ``base``
+    holds every other setting (steps, lr ...); ``data``: the Dataset (None: the digits);
+    ``panel_options`` (``cluster`` or ``runner``, ``restart``, ``prepare``) go to
+    :class:`Panel`. ``panel.results`` keeps every finished run; ``panel.live`` shows
     each worker's accuracy while a run goes.
     """
 
-    def __init__(self, start=None, max_ranks: int | None = None, base: PSConfig | None = None,
-                 **panel_options):
-        cluster = panel_options.get("cluster")
-        if start is None and cluster is None:
-            raise ValueError("give start= (e.g. start_local) or cluster= (a started cluster)")
-        max_ranks = size_limit("max_ranks", max_ranks, cluster, minimum=2)  # a server, a worker
-        self.start = start or (lambda config: EngineRuns(self.cluster, config))
+    def __init__(self, max_ranks: int | None = None, base: PSConfig | None = None, *,
+                 data=None, **panel_options):
+        # a server and a worker at least
+        max_ranks = size_limit("max_ranks", max_ranks, run_target(panel_options), minimum=2)
+        self.data = data
         self.max_ranks = max_ranks
         self.base = base or PSConfig(steps=100, eval_every=10, worker_timeout=2.0)
         style = {"description_width": "130px"}
@@ -159,7 +157,7 @@ class ParamServerPanel(Panel):
         """Run with the current settings, following the workers live."""
         config = self.config()
         self.say(f"running {label(config)} ...")
-        return follow(self.start(config), config, self.on_data)
+        return train(self.runner(), config, self.data, on_update=self.on_data)
 
     def draw_live(self, data: list[dict]) -> None:
         title = "live: accuracy of the weights each worker pulled"

@@ -163,10 +163,10 @@ measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
 # %%
 # NBVAL_IGNORE_OUTPUT
 from coursekit.collectives.timing import measure
-from coursekit.widgets.collectives import engine_runner
+from coursekit.runner import ClusterRunner
 
 check_sizes = [4096, 65536, 1 << 20, 1 << 22]
-timings = {alg: measure(engine_runner(c, c.size), c.size, "allreduce", alg, check_sizes,
+timings = {alg: measure(ClusterRunner(c), c.size, "allreduce", alg, check_sizes,
                         exchange_link.alpha, exchange_link.beta)
            for alg in ("ring", "recursive_doubling", "reduce_bcast")}
 
@@ -227,7 +227,7 @@ print(f"PASS: the pair model is optimistic (median measured/predicted {np.median
 #
 # The panel predicts with the pair link, the best case: the gap you see is the one
 # explained above. Pick a collective, an algorithm and a size, and press Run. The engines run
-# `time_collective(comm, ...)` through `c.run(call_with_comm, ...)`; **Stop** interrupts
+# `time_collective(comm, ...)` through the panel's runner (`ClusterRunner(c)`); **Stop** interrupts
 # them (and rebuilds their comms: `prepare`), and if the cluster dies the panel offers to
 # start a new one (`restart`).
 

@@ -24,13 +24,16 @@ from coursekit import cluster, costmodel
 from coursekit.comm import setup_comm
 from coursekit.data import load_digits
 from coursekit.parallel import dp_experiments as ex
-from coursekit.parallel.data_parallel import DPConfig, train_cluster, train_local
+from coursekit.parallel import data_parallel
+from coursekit.parallel.data_parallel import DPConfig
+from coursekit.runner import ClusterRunner, LocalRunner
 from coursekit.viz import show
 from coursekit.widgets import data_parallel as dpw
 
 c = cluster.start(n=4)
 setup_comm(c, timeout=10)
-c.size
+engines = ClusterRunner(c)  # every experiment below runs on a runner: these engines, or threads
+engines
 
 # %% [markdown]
 # ## 1. One data file, memory-mapped by every worker
@@ -63,7 +66,7 @@ for name, source in [("one packed file (memory-mapped)", packed),
 # %% [markdown]
 # ## 2. Synchronous allreduce SGD is serial SGD on the big batch
 #
-# `train_cluster` runs `train_worker` on every engine: read my rows, forward + backward,
+# `data_parallel.train` runs `train_worker` on every engine: read my rows, forward + backward,
 # allreduce the weighted gradient, step. Chapter 1's serial `train` with batch $B$ and the
 # same seed gives the same parameters (here in float64, to rounding).
 
@@ -72,7 +75,7 @@ from coursekit.nn import MLP, train
 
 cfg = DPConfig(sizes=(64, 32, 10), dtype="float64", batch_size=64, epochs=2, lr=0.1,
                momentum=0.9, seed=0)
-dp = train_cluster(c, cfg, packed, (digits.X_test, digits.y_test))
+dp = data_parallel.train(engines, cfg, packed, (digits.X_test, digits.y_test))
 serial = MLP(cfg.sizes, dtype=np.float64, seed=0)
 history = train(serial, digits.X_train, digits.y_train, epochs=2, batch_size=64, lr=0.1,
                 momentum=0.9, seed=0)
@@ -91,8 +94,8 @@ live_view
 # %%
 # NBVAL_IGNORE_OUTPUT
 run_live = replace(cfg, dtype="float32", epochs=8, eval_every=20, publish_interval=0.25)
-result = train_cluster(c, run_live, packed, (digits.X_test, digits.y_test),
-                       on_update=live_view.update, progress=True)
+result = data_parallel.train(engines, run_live, packed, (digits.X_test, digits.y_test),
+                             on_update=live_view.update, progress=True)
 print(f"final test accuracy {result.test_accuracy[-1]:.3f}")
 
 # %% [markdown]
@@ -128,8 +131,7 @@ print(f"alpha ~ {link.alpha * 1e6:.0f} us, 1/beta ~ {link.bandwidth / 1e9:.2f} G
 # %%
 big = DPConfig(sizes=(64, 256, 256, 10), batch_size=32, epochs=1, max_steps=30, lr=0.05,
                timeline_steps=3)
-on_engines = ex.cluster_runner(c, packed)
-sweep = ex.sweep_exchange(on_engines, big, [1, 2, 3, 4], link.alpha, link.beta, gamma)
+sweep = ex.sweep_exchange(engines, big, packed, [1, 2, 3, 4], link.alpha, link.beta, gamma)
 dpw.plot_exchange_sweep(sweep)
 show()
 
@@ -154,9 +156,9 @@ show()
 
 # %%
 grid_cfg = DPConfig(sizes=(64, 32, 10), epochs=6, lr=0.02, warmup_steps=20, eval_every=0)
-on_threads = ex.local_runner((digits.X_train, digits.y_train), (digits.X_test, digits.y_test))
-grid = ex.lr_rule_grid(on_threads, grid_cfg, [1, 2, 4, 8, 16],
-                       ("constant", "sqrt", "linear", "linear_warmup"), per_worker_batch=16)
+grid = ex.lr_rule_grid(LocalRunner(16), grid_cfg, (digits.X_train, digits.y_train),
+                       [1, 2, 4, 8, 16], ("constant", "sqrt", "linear", "linear_warmup"),
+                       per_worker_batch=16, eval_data=(digits.X_test, digits.y_test))
 dpw.plot_lr_grid(grid)
 show()
 
@@ -182,7 +184,7 @@ for rule, acc in zip(grid.rules, grid.accuracy):
 
 # %%
 wide = replace(big, sizes=(64, 1024, 1024, 10), batch_size=128, epochs=10, max_steps=20)
-strag = ex.straggler_sweep(on_engines, wide, 4, [1, 2, 4, 6])
+strag = ex.straggler_sweep(engines, wide, packed, 4, [1, 2, 4, 6])
 dpw.plot_straggler(strag)
 show()
 # what the text says, on these measurements
@@ -208,7 +210,8 @@ fig, axes = plt.subplots(3, 1, figsize=(9, 6), sharex=False)
 for ax, (title, bucket, overlap) in zip(axes, [("one piece", None, False),
                                                ("1 MB buckets after the backward", 1.0, False),
                                                ("1 MB buckets overlapped", 1.0, True)]):
-    res = on_engines(replace(overlap_cfg, bucket_mb=bucket, overlap=overlap), 2)
+    res = data_parallel.train(engines, replace(overlap_cfg, bucket_mb=bucket, overlap=overlap),
+                              packed, workers=2)
     dpw.plot_timeline_of(res, ax=ax, title=f"{title}: {res.time_per_step * 1e3:.1f} ms/step")
 fig.tight_layout()
 show()
@@ -221,7 +224,8 @@ show()
 # $T_1/T_N = 1$); the model predicts $T_N = t_\text{compute} + t_\text{comm}(N)$.
 
 # %%
-sc = ex.scaling(on_engines, replace(big, max_steps=40), [1, 2, 4], link.alpha, link.beta, gamma)
+sc = ex.scaling(engines, replace(big, max_steps=40), packed, [1, 2, 4], link.alpha, link.beta,
+                gamma)
 dpw.plot_scaling(sc)
 show()
 

@@ -32,13 +32,15 @@ import numpy as np
 from coursekit import cluster
 from coursekit.comm import setup_comm
 from coursekit.data import load_digits
-from coursekit.parallel.async_sgd import PSConfig, train_local, train_on_cluster
+from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.runner import ClusterRunner, LocalRunner
 from coursekit.viz import integer_ticks, show
 
 c = cluster.start(n=4)
 setup_comm(c)
+engines = ClusterRunner(c)  # the runs below train on these engines (one run on threads)
 digits = load_digits()
-c.size
+engines
 
 # %% [markdown]
 # Rank 0 is the server shard, ranks 1–3 are workers (with two shards: ranks 0–1 serve,
@@ -52,8 +54,8 @@ c.size
 
 # %%
 common = dict(n_workers=3, steps=150, dtype="float64")
-bsp = train_on_cluster(c, PSConfig(model="bsp", **common))
-ssp0 = train_on_cluster(c, PSConfig(model="ssp", staleness=0, jitter=0.001, **common))
+bsp = train(engines, PSConfig(model="bsp", **common))
+ssp0 = train(engines, PSConfig(model="ssp", staleness=0, jitter=0.001, **common))
 np.array_equal(bsp.params, ssp0.params), int(ssp0.staleness.max()), bsp.applied
 
 # %%
@@ -74,8 +76,8 @@ print(f"test accuracy {bsp.accuracy(digits.X_test, digits.y_test):.3f}")
 from coursekit.widgets.param_server import plot_runs, plot_worker_timeline
 
 jittery = dict(n_workers=3, steps=40, jitter=0.003)
-bsp_j = train_on_cluster(c, PSConfig(model="bsp", **jittery))
-ssp_j = train_on_cluster(c, PSConfig(model="ssp", staleness=3, **jittery))
+bsp_j = train(engines, PSConfig(model="bsp", **jittery))
+ssp_j = train(engines, PSConfig(model="ssp", staleness=3, **jittery))
 for r in (bsp_j, ssp_j):
     plot_worker_timeline(r, title=f"{r.config.model.upper()}: {r.wall_s:.2f} s, "
                          f"idle {np.nanmean(r.idle_s) / r.wall_s:.0%} of the time")
@@ -86,7 +88,7 @@ show()
 # weights it was computed on, never more. ASP has no bound at all:
 
 # %%
-asp_j = train_on_cluster(c, PSConfig(model="asp", **jittery))
+asp_j = train(engines, PSConfig(model="asp", **jittery))
 fig, axes = plt.subplots(1, 3, figsize=(10, 2.8), sharey=True, layout="constrained")
 for ax, r, name in zip(axes, (bsp_j, ssp_j, asp_j), ("BSP", "SSP s=3", "ASP")):
     values, counts = np.unique(r.staleness, return_counts=True)
@@ -135,8 +137,8 @@ panel.status.value
 # asynchronous training diverge.
 
 # %%
-downpour = train_on_cluster(c, PSConfig(model="asp", n_workers=3, steps=150, n_fetch=5,
-                                        n_push=5, warmup=20, jitter=0.001))
+downpour = train(engines, PSConfig(model="asp", n_workers=3, steps=150, n_fetch=5,
+                                   n_push=5, warmup=20, jitter=0.001))
 first = downpour.servers[0].staleness[:20 * 3]
 int(first.max()), downpour.applied
 
@@ -164,7 +166,7 @@ from coursekit.scratch import scratch_dir
 ckpt = str(scratch_dir("coursekit-ch04-"))  # the checkpoints; removed when this kernel ends
 faulty = PSConfig(model="asp", n_workers=3, steps=150, crash={1: 60}, worker_timeout=1.0,
                   jitter=0.001, checkpoint_every=50, checkpoint_dir=ckpt)
-crashed = train_on_cluster(c, faulty)
+crashed = train(engines, faulty)
 [d["worker"] for d in crashed.lost], [d["clock"] for d in crashed.lost], crashed.workers[1].status
 
 # %%
@@ -182,8 +184,8 @@ print(crashed.summary())
 from coursekit.parallel.ps_checkpoint import latest_version
 
 saved = latest_version(ckpt, 1)
-restart = train_local(PSConfig(model="asp", n_workers=3, steps=150, resume=True,
-                               checkpoint_dir=ckpt), digits)
+restart = train(LocalRunner(4), PSConfig(model="asp", n_workers=3, steps=150, resume=True,
+                                         checkpoint_dir=ckpt), digits)
 saved, restart.servers[0].version > saved, [w.status for w in restart.workers]
 
 # %%

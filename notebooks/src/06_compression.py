@@ -23,11 +23,13 @@ from coursekit import cluster, costmodel
 from coursekit.comm import setup_comm
 from coursekit.parallel import compression as C
 from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.runner import ClusterRunner
 from coursekit.viz import color, legend_outside, show
 
 c = cluster.start(n=4)
 setup_comm(c)
-c.size
+engines = ClusterRunner(c)  # the training runs below run on these engines
+engines
 
 # %% [markdown]
 # The link between the engines, fitted as in chapter 2 (ping-pong between ranks 0 and 1):
@@ -130,7 +132,7 @@ assert gap < 1e-9
 runs = {}
 for setup in (Setup("none"), Setup("topk", 0.01, error_feedback=True),
               Setup("topk", 0.01, error_feedback=False)):
-    runs[setup.label] = train(4, setup, cluster=c)
+    runs[setup.label] = train(engines, setup)
 dense = runs["none"].final_accuracy
 with_ef = runs["topk ratio=0.01 + EF"].final_accuracy
 without_ef = runs["topk ratio=0.01"].final_accuracy
@@ -169,7 +171,7 @@ show()
 
 # %%
 for setup in (Setup("signsgd"), Setup("sign"), Setup("sign", error_feedback=True)):
-    runs[setup.label] = train(4, setup, cluster=c)
+    runs[setup.label] = train(engines, setup)
 for label in ("none", "signsgd", "sign", "sign + EF"):
     print(f"{label:10s} test accuracy per epoch: "
           + " ".join(f"{a:.2f}" for a in runs[label].test_accuracy))
@@ -189,7 +191,7 @@ assert abs(runs["sign + EF"].final_accuracy - dense) <= 0.01
 # %%
 from coursekit.widgets.compression import CompressionPanel
 
-panel = CompressionPanel(c, alpha=alpha, beta=beta, restart=lambda: cluster.start(n=4),
+panel = CompressionPanel(cluster=c, alpha=alpha, beta=beta, restart=lambda: cluster.start(n=4),
                          prepare=setup_comm)
 panel
 

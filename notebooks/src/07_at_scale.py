@@ -451,26 +451,14 @@ show()
 # $\alpha$ and $\beta$ (two ranks swapping messages), times a compute-only step of the
 # chapter-1 MLP and a data-parallel step (gradient, ring allreduce, update), simulates the
 # data-parallel step from the measured compute and link, and compares. We use two of our four
-# engines (one per core): `on_pair` views ranks 0 and 1 as a comm of their own (a
-# sub-communicator, like `MPI_Comm_split`) and adds the barrier the timing needs.
+# engines (one per core): the runner gives ranks 0 and 1 a comm of their own (a
+# sub-communicator, like `MPI_Comm_split`); the other two sit the run out.
 
 # %%
+from coursekit.runner import ClusterRunner
 from coursekit.sim.validate import validate
 
-
-def on_pair(fn, *args):
-    """Engine side: fn(comm of ranks 0 and 1, *args) on those two; None on the others."""
-    from coursekit.comm import engine_comm, first_ranks
-
-    pair = first_ranks(engine_comm(), 2)
-    return None if pair is None else fn(pair, *args)
-
-
-def run_two(fn, *args):
-    return c.run(on_pair, fn, *args)[:2]
-
-
-v = validate(run_two, 2)
+v = validate(ClusterRunner(c), 2)
 print(f"gradient of {v.grad_bytes:,} bytes allreduced between {v.p} engines")
 
 # %%

@@ -52,14 +52,15 @@ check_ssp_gate(ssp_gate)
 
 # %%
 from coursekit.data import load_digits
-from coursekit.parallel.async_sgd import PSConfig, train_local
+from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.runner import LocalRunner
 
 digits = load_digits()
 bounds = (0, 2, 6)
 fig, axes = plt.subplots(1, len(bounds), figsize=(10, 2.8), sharey=True, layout="constrained")
 for ax, s in zip(axes, bounds):
     config = PSConfig(model="ssp", staleness=s, n_workers=3, steps=60, straggler={2: 0.004})
-    result = train_local(config, digits, gate=ssp_gate)
+    result = train(LocalRunner(config.n_ranks), config, digits, gate=ssp_gate)
     values, counts = np.unique(result.staleness, return_counts=True)
     ax.bar(values, counts)
     ax.set(title=f"s = {s}: max staleness {result.staleness.max()}", xlabel="staleness")

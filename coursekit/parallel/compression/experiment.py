@@ -7,9 +7,9 @@ loop, kept minimal here (no buckets, no overlap, plain SGD), with the gradient e
 as a hook (``exchanger``) so that an exercise can plug in its own.
 
 :func:`train_worker` runs on one rank, given a Comm (ThreadComm in tests, the engines'
-comm on the cluster); :func:`train` runs it on p ranks: on a cluster's engines
-(``cluster=c``; p may be smaller than the cluster, the first p engines train) or on p
-ThreadComm ranks in this process, and returns a :class:`CompressionResult`. Workers publish their per-epoch test accuracy with
+comm on the cluster); :func:`train` runs it on the first p ranks of a runner (ThreadComm
+ranks in this process or a cluster's engines, :mod:`coursekit.runner`) and returns a
+:class:`CompressionResult`. Workers publish their per-epoch test accuracy with
 :mod:`coursekit.live`, so ``on_update`` can redraw while the run is going.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from coursekit import checks, live
 from coursekit.data import load_digits, shard
 from coursekit.nn import MLP, SGD
-from coursekit.comm import first_ranks
+from coursekit.runner import Runner
 
 from . import COMPRESSORS, make_compressor
 from .base import Diverged
@@ -134,7 +134,7 @@ def compressed_exchange(comm, setup: Setup, mlp):
 
 
 def dp_gradient_sum(setup: Setup):
-    """Chapter 3's hook: ``data_parallel.train_local(..., gradient_sum=dp_gradient_sum(setup))``
+    """Chapter 3's hook: ``data_parallel.train(runner, ..., gradient_sum=dp_gradient_sum(setup))``
     sums the workers' weighted gradients through ``setup``'s compressor and memory instead
     of a plain allreduce (sum = p x the exchanged mean). Picklable, so engines get it too."""
     return functools.partial(_dp_sum, setup)
@@ -215,32 +215,21 @@ def train_worker(comm, setup: Setup, data=None, exchanger=compressed_exchange) -
     return {**log, "params": mlp.params.copy(), "steps": steps, "n_params": mlp.n_params}
 
 
-def _on_engine(p: int, setup: Setup, data, exchanger):
-    """Engine side: the first p engines train, the others return None."""
-    from coursekit.comm import engine_comm
-
-    comm = first_ranks(engine_comm(), p)
-    return None if comm is None else train_worker(comm, setup, data, exchanger)
-
-
-def train(p: int, setup: Setup, *, cluster=None, data=None, on_update=None,
-          timeout: float = 300.0, exchanger=compressed_exchange) -> CompressionResult:
-    """Train with p workers: the first p engines of ``cluster`` (after
-    ``coursekit.comm.setup_comm(cluster)``), or p ThreadComm ranks when it is None.
+def train(runner: Runner, setup: Setup, data=None, *, workers: int | None = None,
+          on_update=None, exchanger=compressed_exchange,
+          timeout: float | None = None) -> CompressionResult:
+    """Train with the first ``workers`` ranks of ``runner`` (default all of them):
+    ThreadComm ranks or a cluster's engines after ``setup_comm`` (:mod:`coursekit.runner`).
 
     ``on_update(data)``: called with the workers' published progress (one dict per rank,
     ``data[r]["test_accuracy"]`` the curve so far) while the run is going.
     """
-    p = checks.integer(p, "p", at_least=1)
+    checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     checks.instance(setup, "setup", Setup)
-    if cluster is None:
-        handle = live.start_local(train_worker, p, setup, data, exchanger, timeout=timeout)
-    else:
-        if p > cluster.size:
-            raise ValueError(f"p={p} workers but the cluster has {cluster.size} engines")
-        handle = cluster.view.apply_async(_on_engine, p, setup, data, exchanger)
-    logs = [log for log in live.follow(handle, on_update, progress=False, timeout=timeout)
-            if log is not None]
+    p = runner.size if workers is None else checks.integer(workers, "workers", at_least=1)
+    outputs = runner.run(train_worker, setup, data, exchanger, ranks=p, on_update=on_update,
+                         timeout=timeout)
+    logs = [log for log in outputs if log is not None]
 
     def column(key, reduce):
         return reduce(np.array([log[key] for log in logs], dtype=float), axis=0)
