@@ -12,10 +12,12 @@ import pytest
 from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
 from coursekit.nn.optim import make_optimizer
-from coursekit.parallel.async_sgd import PSConfig, train_local
+from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.runner import LocalRunner
 from coursekit.parallel.ps_worker import batch_rows
 
 DATA = load_digits(dtype=np.float64)
+THREADS = LocalRunner(8)  # every run takes the ranks its config needs
 
 
 def serial_large_batch(cfg: PSConfig) -> np.ndarray:
@@ -36,7 +38,7 @@ def serial_large_batch(cfg: PSConfig) -> np.ndarray:
 def test_bsp_equals_serial_large_batch(n_servers, n_workers, momentum):
     cfg = PSConfig(model="bsp", n_servers=n_servers, n_workers=n_workers, steps=25,
                    momentum=momentum, dtype="float64", batch_size=8)
-    result = train_local(cfg, DATA)
+    result = train(THREADS, cfg, DATA)
     np.testing.assert_allclose(result.params, serial_large_batch(cfg), rtol=1e-10, atol=1e-12)
     assert result.applied == n_workers * cfg.steps
     assert not result.staleness.any()
@@ -45,26 +47,26 @@ def test_bsp_equals_serial_large_batch(n_servers, n_workers, momentum):
 @pytest.mark.parametrize("n_servers,momentum", [(1, 0.0), (2, 0.9), (3, 0.0)])
 def test_ssp_with_zero_staleness_equals_bsp_bit_for_bit(n_servers, momentum):
     common = dict(n_servers=n_servers, n_workers=3, steps=25, momentum=momentum, dtype="float64")
-    bsp = train_local(PSConfig(model="bsp", **common), DATA)
+    bsp = train(THREADS, PSConfig(model="bsp", **common), DATA)
     # jitter reorders the pushes and pulls every run: the gate must still pin every read
-    ssp = train_local(PSConfig(model="ssp", staleness=0, jitter=0.002, straggler={2: 0.003},
-                               **common), DATA)
+    ssp = train(THREADS, PSConfig(model="ssp", staleness=0, jitter=0.002, straggler={2: 0.003},
+                                  **common), DATA)
     assert np.array_equal(ssp.params, bsp.params)
     assert not ssp.staleness.any()
 
 
 def test_asp_whose_warmup_covers_the_run_equals_bsp():
     common = dict(n_servers=2, n_workers=3, steps=15, dtype="float64")
-    bsp = train_local(PSConfig(model="bsp", **common), DATA)
-    asp = train_local(PSConfig(model="asp", warmup=15, jitter=0.001, **common), DATA)
+    bsp = train(THREADS, PSConfig(model="bsp", **common), DATA)
+    asp = train(THREADS, PSConfig(model="asp", warmup=15, jitter=0.001, **common), DATA)
     assert np.array_equal(asp.params, bsp.params)
 
 
 def test_bsp_differs_from_a_stale_run():
     """The equalities above can fail: real staleness changes the weights."""
     common = dict(n_workers=3, steps=20, dtype="float64")
-    bsp = train_local(PSConfig(model="bsp", **common), DATA)
-    ssp = train_local(PSConfig(model="ssp", staleness=3, straggler={0: 0.01}, **common), DATA)
+    bsp = train(THREADS, PSConfig(model="bsp", **common), DATA)
+    ssp = train(THREADS, PSConfig(model="ssp", staleness=3, straggler={0: 0.01}, **common), DATA)
     assert ssp.staleness.max() > 0
     assert not np.array_equal(ssp.params, bsp.params)
 
@@ -73,7 +75,7 @@ def test_bsp_differs_from_a_stale_run():
 def test_ssp_staleness_never_exceeds_the_bound_and_every_gradient_counts_once(staleness):
     cfg = PSConfig(model="ssp", staleness=staleness, n_servers=2, n_workers=4, steps=30,
                    jitter=0.001, straggler={3: 0.004})
-    result = train_local(cfg, DATA)
+    result = train(THREADS, cfg, DATA)
     for server in result.servers:
         assert 0 <= server.staleness.min() and server.staleness.max() <= staleness
         assert np.bincount(server.from_worker).tolist() == [cfg.steps] * cfg.n_workers
@@ -84,7 +86,7 @@ def test_ssp_staleness_never_exceeds_the_bound_and_every_gradient_counts_once(st
 def test_asp_applies_every_accrued_gradient_once():
     cfg = PSConfig(model="asp", n_servers=2, n_workers=3, steps=23, n_fetch=3, n_push=5,
                    warmup=4, jitter=0.001)
-    result = train_local(cfg, DATA)
+    result = train(THREADS, cfg, DATA)
     pushes_per_worker = cfg.warmup + -(-(cfg.steps - cfg.warmup) // cfg.n_push)  # ceil
     for server in result.servers:
         assert server.applied == cfg.n_workers * cfg.steps
@@ -97,7 +99,7 @@ def test_asp_applies_every_accrued_gradient_once():
 
 def test_workers_report_time_throughput_and_accuracy():
     cfg = PSConfig(model="ssp", staleness=1, n_workers=2, steps=40, eval_every=10, lr=0.2)
-    result = train_local(cfg, load_digits())
+    result = train(THREADS, cfg, load_digits())
     for w in result.workers:
         assert w.steps == cfg.steps and w.throughput > 0
         assert 0 <= w.idle_s <= w.wall_s and 0 < w.compute_s <= w.wall_s

@@ -36,13 +36,15 @@ from coursekit.parallel.async_sgd import PSConfig
 from coursekit.parallel.buckets import make_buckets
 from coursekit.parallel.compression.experiment import Setup
 from coursekit.parallel.compression.experiment import train as train_compressed
-from coursekit.parallel.data_parallel import DPConfig, train_local
+from coursekit.parallel.data_parallel import DPConfig
+from coursekit.parallel.data_parallel import train as train_dp
 from coursekit.parallel.exchange import predict_comm
 from coursekit.parallel.lr_rules import LRSchedule, scaled_lr
 from coursekit.parallel.pipeline import run_pipeline, schedule, simulate, stage_layers, validate
 from coursekit.parallel.tensor_parallel import TensorParallelMLP
 from coursekit import sim
 from coursekit.sim import resnet50
+from coursekit.runner import LocalRunner
 
 PACKAGE = Path(coursekit.__file__).resolve().parent
 BOUND_S = 2.0
@@ -51,6 +53,7 @@ BOUND_S = 2.0
 NAN, INF = float("nan"), float("inf")
 SEED = "int seed >= 0|integer >= 0|: must be >= 0"
 """What a message about a seed must say is allowed."""
+THREADS = LocalRunner(4)
 X4 = np.ones((6, 4), np.float32)
 Y4 = np.arange(6) % 2
 
@@ -371,16 +374,18 @@ CHAPTER_3 = [
     dp_field("seed", "x", SEED),
     dp_field("seed", -3, SEED),
     dp_field("overlap", "yes", "True or False"),
-    bad(train_local, DPConfig(), DATA, 0, names="workers", allowed=">= 1"),
-    bad(train_local, DPConfig(), DATA, 2.0, names="workers", allowed="integer"),
-    bad(train_local, DPConfig(batch_size=2), DATA, 3, names="batch_size", allowed=">= 3"),
-    bad(train_local, DPConfig(straggler_rank=5), DATA, 2, names="straggler_rank",
+    bad(train_dp, THREADS, DPConfig(), DATA, workers=0, names="workers", allowed=">= 1"),
+    bad(train_dp, THREADS, DPConfig(), DATA, workers=2.0, names="workers", allowed="integer"),
+    bad(train_dp, THREADS, DPConfig(batch_size=2), DATA, workers=3, names="batch_size",
+        allowed=">= 3"),
+    bad(train_dp, THREADS, DPConfig(straggler_rank=5), DATA, workers=2, names="straggler_rank",
         allowed="0..1"),
     dp_field("straggler_rank", 1.0, "integer >= 0"),
     dp_field("crash_rank", True, "integer >= 0", crash_step=1),
-    bad(train_local, DPConfig(), [X4, Y4], 2, names="data", allowed=r"\(X, y\) pair"),
-    bad(train_local, DPConfig(), (X4, Y4[:3]), 2, names="rows", allowed="same number"),
-    bad(train_local, {"lr": 0.1}, DATA, 2, names="config", allowed="DPConfig"),
+    bad(train_dp, THREADS, DPConfig(), [X4, Y4], workers=2, names="data", allowed=r"\(X, y\) pair"),
+    bad(train_dp, THREADS, DPConfig(), (X4, Y4[:3]), workers=2, names="rows",
+        allowed="same number"),
+    bad(train_dp, THREADS, {"lr": 0.1}, DATA, workers=2, names="config", allowed="DPConfig"),
     bad(LRSchedule, 0.1, "cubic", 4, names="rule", allowed="constant, linear, sqrt"),
     bad(LRSchedule, 0.0, "linear", 4, names="base_lr", allowed="> 0"),
     bad(LRSchedule, NAN, "linear", 4, names="base_lr", allowed="> 0|finite"),
@@ -577,9 +582,10 @@ CHAPTER_6 = [
     *[setup_field("lr", v, "> 0|number|finite") for v in (0.0, -1.0, NAN, INF, "0.1", None)],
     setup_field("seed", "x", SEED),
     setup_field("error_feedback", "no", "True or False"),
-    bad(train_compressed, 0, Setup(), names="p", allowed=">= 1"),
-    bad(train_compressed, 2.0, Setup(), names="p", allowed="integer"),
-    bad(train_compressed, 2, {"compressor": "topk"}, names="setup", allowed="Setup"),
+    bad(train_compressed, THREADS, Setup(), workers=0, names="workers", allowed=">= 1"),
+    bad(train_compressed, THREADS, Setup(), workers=2.0, names="workers", allowed="integer"),
+    bad(train_compressed, THREADS, {"compressor": "topk"}, names="setup", allowed="Setup"),
+    bad(train_compressed, 2, Setup(), names="runner", allowed="LocalRunner"),
 ]
 
 

@@ -32,7 +32,8 @@ from coursekit.parallel import async_sgd, checkpoint, data_parallel, ps_checkpoi
 from coursekit.parallel.async_sgd import PSConfig
 from coursekit.parallel.checkpoint_files import (CheckpointFallbackWarning, CorruptCheckpoint,
                                                  Series, read, write)
-from coursekit.parallel.data_parallel import DPConfig, WorkerCrashed
+from coursekit.parallel.data_parallel import DPConfig
+from coursekit.runner import LocalRunner, RankFailure
 
 PARTS = 2      # ranks / shards per checkpoint
 KEYS = (5, 10)  # the steps / versions saved
@@ -343,13 +344,14 @@ def test_data_parallel_resume_skips_a_corrupt_newest_checkpoint_and_ends_bit_for
     config = DPConfig(sizes=(64, 16, 10), dtype="float64", batch_size=24, epochs=3, lr=0.1,
                       momentum=0.9, seed=1, publish_interval=0.0, checkpoint_dir=str(tmp_path),
                       checkpoint_every=5)
-    whole = data_parallel.train_local(replace(config, checkpoint_dir=str(tmp_path / "w")), data, 3)
-    with pytest.raises(WorkerCrashed):
-        data_parallel.train_local(replace(config, crash_rank=2, crash_step=13), data, 3, timeout=5)
+    threads = LocalRunner(3, comm_timeout=5)
+    whole = data_parallel.train(threads, replace(config, checkpoint_dir=str(tmp_path / "w")), data)
+    with pytest.raises(RankFailure, match="WorkerCrashed"):
+        data_parallel.train(threads, replace(config, crash_rank=2, crash_step=13), data)
     flip_middle(tmp_path / "ckpt-00000010-rank1.npz", WRITERS[0])
     with pytest.warns(CheckpointFallbackWarning,
                       match=r"ckpt-00000010-rank1\.npz: checksum mismatch.*Using step 5"):
-        resumed = data_parallel.train_local(config, data, 3, resume=True)
+        resumed = data_parallel.train(threads, config, data, resume=True)
     assert resumed.first_step == 5
     np.testing.assert_array_equal(resumed.params, whole.params)  # bit for bit
     np.testing.assert_array_equal(resumed.loss, whole.loss[5:])
@@ -359,14 +361,15 @@ def test_parameter_server_restart_skips_a_corrupt_newest_checkpoint(tmp_path):
     digits = load_digits()
     common = dict(model="ssp", n_servers=2, n_workers=3, momentum=0.9, dtype="float64",
                   jitter=0.001)
-    straight = async_sgd.train_local(PSConfig(steps=20, **common), digits)
-    async_sgd.train_local(PSConfig(steps=14, checkpoint_every=5, checkpoint_dir=str(tmp_path),
-                                   **common), digits)
+    threads = LocalRunner(5)
+    straight = async_sgd.train(threads, PSConfig(steps=20, **common), digits)
+    async_sgd.train(threads, PSConfig(steps=14, checkpoint_every=5, checkpoint_dir=str(tmp_path),
+                                      **common), digits)
     tamper(tmp_path / "shard1of2_v10.npz", WRITERS[1])
     with pytest.warns(CheckpointFallbackWarning,
                       match=r"shard1of2_v10\.npz: checksum mismatch.*Using version 5"):
-        again = async_sgd.train_local(PSConfig(steps=20, resume=True,
-                                               checkpoint_dir=str(tmp_path), **common), digits)
+        again = async_sgd.train(threads, PSConfig(steps=20, resume=True,
+                                                  checkpoint_dir=str(tmp_path), **common), digits)
     assert [w.steps for w in again.workers] == [15, 15, 15]  # from version 5, not 10
     assert again.applied == 3 * 20 and again.servers[0].version == 20
     assert np.array_equal(again.params, straight.params)  # momentum included

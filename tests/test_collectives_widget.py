@@ -3,12 +3,12 @@
 import pytest
 
 from coursekit.collectives import ALGORITHMS
-from coursekit.collectives.timing import local_runner
+from coursekit.runner import LocalRunner
 from coursekit.widgets.collectives import CollectivesPanel
 
 
 def test_panel_runs_and_follows_the_controls():
-    panel = CollectivesPanel(local_runner, max_ranks=4, alpha=1e-5, beta=1e-9, repeats=1)
+    panel = CollectivesPanel(alpha=1e-5, beta=1e-9, repeats=1, runner=LocalRunner(4))
     panel.collective.value = "bcast"
     assert panel.algorithm.options == ALGORITHMS["bcast"]
     panel.algorithm.value = "scatter_allgather"
@@ -25,4 +25,4 @@ def test_panel_runs_and_follows_the_controls():
 
 def test_panel_rejects_bad_size():
     with pytest.raises(ValueError, match="max_ranks"):
-        CollectivesPanel(local_runner, max_ranks=0, alpha=1e-5, beta=1e-9)
+        CollectivesPanel(max_ranks=0, alpha=1e-5, beta=1e-9, runner=LocalRunner(4))

@@ -8,20 +8,22 @@ from coursekit.nn import MLP, train as train_serial
 from coursekit.parallel.compression.experiment import Setup, train
 from coursekit.parallel.compression.inference import int8_report, quantize_mlp, quantize_symmetric
 from coursekit.parallel.compression import predict_seconds
+from coursekit.runner import LocalRunner
 from coursekit.widgets.compression import VALUES, CompressionPanel, exchange_comparison
 
 ALPHA, BETA = 50e-6, 1 / 1.5e9
+THREADS = LocalRunner(4)
 
 
 def test_run_button_calls_the_experiment_with_the_controls():
     calls = []
 
-    def experiment(p, setup, **kwargs):
-        calls.append((p, setup, kwargs["cluster"]))
-        return train(p, setup)
+    def experiment(runner, setup, **kwargs):
+        calls.append((runner, setup, kwargs["workers"]))
+        return train(runner, setup, **kwargs)
 
     panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=3, epochs=2, seed=4,
-                             experiment=experiment)
+                             experiment=experiment, runner=THREADS)
     panel.compressor.value = "qsgd"
     assert panel.value.description == "levels" and panel.value.value == 4
     panel.value.value = 16
@@ -29,7 +31,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
     panel.workers.value = 2
     panel.run_button.click()
     assert panel.wait(60), "the clicked run did not end"
-    assert calls == [(2, Setup("qsgd", 16, False, epochs=2, seed=4), None)]
+    assert calls == [(THREADS, Setup("qsgd", 16, False, epochs=2, seed=4), 2)]
     result = panel.results[-1]
     assert result.p == 2 and len(result.test_accuracy) == 2
     assert f"{result.final_accuracy:.1%}" in panel.status.value
@@ -43,7 +45,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
 
 
 def test_parameterless_compressors_disable_the_value_slider_and_runs_accumulate():
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2, epochs=1)
+    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2, epochs=1, runner=THREADS)
     panel.compressor.value = "sign"
     assert panel.value.disabled and panel.setup().value is None
     panel.run_button.click()
@@ -58,7 +60,7 @@ def test_parameterless_compressors_disable_the_value_slider_and_runs_accumulate(
 
 
 def test_error_feedback_is_on_by_default_for_biased_compressors_only():
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2)
+    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2, runner=THREADS)
     defaults = {}
     for name in ("topk", "qsgd", "sign", "terngrad", "powersgd", "randomk", "uniform"):
         panel.compressor.value = name
@@ -68,7 +70,7 @@ def test_error_feedback_is_on_by_default_for_biased_compressors_only():
 
 
 def test_qsgd_with_error_feedback_diverges_with_one_readable_error():
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=4, epochs=10)
+    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=4, epochs=10, runner=THREADS)
     panel.compressor.value = "qsgd"
     panel.error_feedback.value = True
     assert panel.run() is None
@@ -82,10 +84,11 @@ def test_qsgd_with_error_feedback_diverges_with_one_readable_error():
 
 
 def test_panel_reports_errors_in_the_status_line():
-    def experiment(p, setup, **kwargs):
+    def experiment(runner, setup, **kwargs):
         raise ValueError("p=3 workers but the cluster has 2 engines")
 
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=3, experiment=experiment)
+    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=3, experiment=experiment,
+                             runner=THREADS)
     assert panel.run() is None
     assert panel.status.value.startswith("error: p=3 workers")
     assert panel.results == []
@@ -100,7 +103,7 @@ def test_every_value_choice_is_accepted():
 
 def test_bad_max_workers():
     with pytest.raises(ValueError, match="max_workers must be a positive int"):
-        CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=0)
+        CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=0, runner=THREADS)
 
 
 # ---- INT8 inference ---------------------------------------------------------------------------

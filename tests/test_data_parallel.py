@@ -2,7 +2,7 @@
 
 The reference is chapter 1's :func:`coursekit.nn.train` (written independently): same
 seed for the weights and the shuffling, batch size = the global batch B. Workers run on
-ThreadComm ranks (``train_local``).
+ThreadComm ranks (``data_parallel.train`` on a ``LocalRunner``).
 """
 
 from dataclasses import replace
@@ -14,9 +14,13 @@ from coursekit import costmodel
 from coursekit.collectives import ALGORITHMS
 from coursekit.data import load_digits
 from coursekit.nn import MLP, SGD, train
-from coursekit.parallel.data_parallel import DPConfig, train_local
+from coursekit.parallel import data_parallel
+from coursekit.parallel.data_parallel import DPConfig
 from coursekit.parallel.exchange import predict_bytes_sent, predict_bytes_through
 from coursekit.parallel.lr_rules import LRSchedule
+from coursekit.runner import LocalRunner
+
+THREADS = LocalRunner(8)  # each run uses its first `workers` ranks
 
 TOL = dict(rtol=1e-10, atol=1e-12)
 
@@ -47,7 +51,7 @@ def test_sync_allreduce_equals_serial_training_on_the_concatenated_batch(digits,
     X, y, *_ = digits
     cfg = base(momentum=momentum)  # 301 rows / B=30: the last batch has 1 row, so 3 ranks idle
     want, want_loss = serial(cfg, X, y)
-    got = train_local(cfg, (X, y), n)
+    got = data_parallel.train(THREADS, cfg, (X, y), workers=n)
     np.testing.assert_allclose(got.params, want, **TOL)
     np.testing.assert_allclose(got.loss, want_loss, **TOL)
     assert got.local_loss.shape == (n, len(want_loss))
@@ -60,15 +64,16 @@ def test_sync_allreduce_equals_serial_training_on_the_concatenated_batch(digits,
 def test_every_chapter_2_algorithm_gives_the_serial_parameters(digits, algorithm):
     X, y, *_ = digits
     cfg = base(algorithm=algorithm, epochs=1)
-    np.testing.assert_allclose(train_local(cfg, (X, y), 3).params, serial(cfg, X, y)[0], **TOL)
+    got = data_parallel.train(THREADS, cfg, (X, y), workers=3)
+    np.testing.assert_allclose(got.params, serial(cfg, X, y)[0], **TOL)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_parameter_server_equals_allreduce(digits, n):
     X, y, *_ = digits
     cfg = base(momentum=0.9)
-    ps = train_local(replace(cfg, exchange="ps"), (X, y), n)
-    ar = train_local(cfg, (X, y), n)
+    ps = data_parallel.train(THREADS, replace(cfg, exchange="ps"), (X, y), workers=n)
+    ar = data_parallel.train(THREADS, cfg, (X, y), workers=n)
     np.testing.assert_allclose(ps.params, ar.params, **TOL)
     np.testing.assert_allclose(ps.loss, ar.loss, **TOL)
 
@@ -76,10 +81,12 @@ def test_parameter_server_equals_allreduce(digits, n):
 def test_averaging_every_step_is_sync_sgd_and_every_k_steps_is_not(digits):
     X, y, *_ = digits
     cfg = base()
-    sync = train_local(cfg, (X, y), 3).params
-    np.testing.assert_allclose(train_local(replace(cfg, exchange="average"), (X, y), 3).params,
+    sync = data_parallel.train(THREADS, cfg, (X, y), workers=3).params
+    np.testing.assert_allclose(data_parallel.train(THREADS, replace(cfg, exchange="average"),
+                                                   (X, y), workers=3).params,
                                sync, **TOL)
-    local_sgd = train_local(replace(cfg, exchange="average", average_every=4), (X, y), 3)
+    local_sgd = data_parallel.train(THREADS, replace(cfg, exchange="average", average_every=4),
+                                    (X, y), workers=3)
     assert not np.allclose(local_sgd.params, sync, rtol=1e-6)  # a different algorithm ...
     assert np.isfinite(local_sgd.params).all()                 # ... still one model at the end
 
@@ -89,7 +96,7 @@ def test_averaging_every_step_is_sync_sgd_and_every_k_steps_is_not(digits):
 def test_bucketed_allreduce_equals_serial(digits, bucket_mb, overlap):
     X, y, *_ = digits
     cfg = base(bucket_mb=bucket_mb, overlap=overlap, momentum=0.9)
-    got = train_local(cfg, (X, y), 3)
+    got = data_parallel.train(THREADS, cfg, (X, y), workers=3)
     np.testing.assert_allclose(got.params, serial(cfg, X, y)[0], **TOL)
     kinds = {kind for _, kind, *_ in got.spans}
     assert ({"forward", "backward"} <= kinds) == overlap
@@ -111,7 +118,7 @@ def test_linear_warmup_follows_its_schedule(digits):
             self.t += 1
             super().step(grad)
 
-    got = train_local(cfg, (X, y), 4)
+    got = data_parallel.train(THREADS, cfg, (X, y), workers=4)
     np.testing.assert_allclose(got.lr, [schedule(t) for t in range(len(got.lr))])
     np.testing.assert_allclose(got.params, serial(cfg, X, y, optimizer=Scheduled)[0], **TOL)
 
@@ -122,7 +129,7 @@ def test_linear_warmup_follows_its_schedule(digits):
 def test_bytes_through_each_rank_match_the_cost_model(digits, exchange, algorithm, n):
     X, y, *_ = digits
     cfg = base(exchange=exchange, algorithm=algorithm, epochs=1)
-    got = train_local(cfg, (X, y), n)
+    got = data_parallel.train(THREADS, cfg, (X, y), workers=n)
     nbytes = MLP(cfg.sizes).n_params * 8
     np.testing.assert_array_equal(got.bytes_sent(),
                                   predict_bytes_sent(exchange, algorithm, n, nbytes, itemsize=8))
@@ -137,7 +144,7 @@ def test_bytes_through_each_rank_match_the_cost_model(digits, exchange, algorith
 def test_test_accuracy_is_reported_and_learning_happens(digits):
     X, y, X_test, y_test = digits
     cfg = base(epochs=6, eval_every=20, momentum=0.9)
-    got = train_local(cfg, (X, y), 2, (X_test, y_test))
+    got = data_parallel.train(THREADS, cfg, (X, y), (X_test, y_test), workers=2)
     assert got.eval_steps.tolist() == [20, 40, 60, 66]  # and after the last step
     assert got.test_accuracy[-1] > 0.8
     assert got.loss[-5:].mean() < got.loss[:5].mean() / 3
@@ -147,7 +154,8 @@ def test_a_straggler_slows_every_rank_down(digits):
     """Not a timing assertion on speed: the straggler's compute spans are stretched by
     sleeping, so its compute is at least (factor - 1) times a normal rank's minimum."""
     X, y, *_ = digits
-    got = train_local(base(epochs=1, straggler_rank=1, slow_factor=5.0), (X, y), 3)
+    got = data_parallel.train(THREADS, base(epochs=1, straggler_rank=1, slow_factor=5.0),
+                              (X, y), workers=3)
     assert np.median(got.compute_s[1]) > 3 * np.median(got.compute_s[0])
     # synchronous: the fast ranks spend the difference waiting in the exchange
     waiting = got.step_s - got.compute_s

@@ -9,7 +9,9 @@ import pytest
 from coursekit.data import load_digits
 from coursekit.datafile import pack
 from coursekit.nn import MLP, train
-from coursekit.parallel.data_parallel import DPConfig, WorkerLost, train_cluster
+from coursekit.parallel import data_parallel
+from coursekit.parallel.data_parallel import DPConfig
+from coursekit.runner import ClusterRunner, RankFailure
 
 pytestmark = pytest.mark.cluster
 
@@ -27,18 +29,20 @@ def test_training_on_engines_equals_serial_and_a_dead_engine_is_named(tmp_path):
           momentum=0.9, seed=5)
     with cluster.start(n=3) as c:
         setup_comm(c, timeout=3)
+        engines = ClusterRunner(c, timeout=60)
         updates = []
-        got = train_cluster(c, cfg, packed, (d.X_test, d.y_test), on_update=updates.append,
-                            timeout=60)
+        got = data_parallel.train(engines, cfg, packed, (d.X_test, d.y_test),
+                                  on_update=updates.append)
         np.testing.assert_allclose(got.params, serial.params, rtol=1e-10, atol=1e-12)
         assert [u["step"] for u in updates[-1]] == [8, 8, 8]  # live data from every engine
         assert len(updates[-1][0]["loss"]) == 8
-        ps = train_cluster(c, replace(cfg, exchange="ps", bucket_mb=None), packed, timeout=60)
+        ps = data_parallel.train(engines, replace(cfg, exchange="ps", bucket_mb=None), packed)
         np.testing.assert_allclose(ps.params, serial.params, rtol=1e-10, atol=1e-12)
-        two = train_cluster(c, replace(cfg, bucket_mb=0.002), packed, workers=2, timeout=60)
+        two = data_parallel.train(engines, replace(cfg, bucket_mb=0.002), packed, workers=2)
         assert two.n_workers == 2
         np.testing.assert_allclose(two.params, serial.params, rtol=1e-10, atol=1e-12)
-        with pytest.raises(WorkerLost, match=r"worker rank 1 failed") as lost:
-            train_cluster(c, replace(cfg, crash_rank=1, crash_step=2), packed, timeout=30)
+        with pytest.raises(RankFailure, match=r"train_worker failed on rank 1:") as lost:
+            data_parallel.train(engines, replace(cfg, crash_rank=1, crash_step=2), packed,
+                                timeout=30)
         assert lost.value.ranks == [1]
         assert "timed out after 3 s" in str(lost.value)  # the survivors stopped at their timeout

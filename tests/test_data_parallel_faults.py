@@ -9,7 +9,11 @@ import pytest
 from coursekit.data import load_digits
 from coursekit.parallel import checkpoint
 from coursekit.parallel.buckets import make_buckets, ready_after_layer
-from coursekit.parallel.data_parallel import DPConfig, WorkerCrashed, train_local
+from coursekit.parallel import data_parallel
+from coursekit.parallel.data_parallel import DPConfig, WorkerCrashed
+from coursekit.runner import LocalRunner, RankFailure
+
+THREADS = LocalRunner(8)
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +32,22 @@ def test_resume_after_a_crash_gives_the_uninterrupted_parameters(data, tmp_path,
     """Crash in epoch 2 (step 13 of 27), checkpoints every 5 steps: resume from step 10."""
     config = cfg(exchange=exchange, average_every=2 if exchange == "average" else 1,
                  checkpoint_dir=str(tmp_path), checkpoint_every=5)
-    whole = train_local(replace(config, checkpoint_dir=str(tmp_path / "whole")), data, 3)
-    with pytest.raises(WorkerCrashed, match=r"worker rank 2 crashed at step 13"):
-        train_local(replace(config, crash_rank=2, crash_step=13), data, 3, timeout=5)
+    whole = data_parallel.train(THREADS, replace(config, checkpoint_dir=str(tmp_path / "whole")),
+                                data, workers=3)
+    with pytest.raises(RankFailure, match=r"rank 2: WorkerCrashed: worker rank 2 crashed at "
+                                          r"step 13"):
+        data_parallel.train(LocalRunner(8, comm_timeout=5),
+                            replace(config, crash_rank=2, crash_step=13), data, workers=3)
     assert checkpoint.latest_step(tmp_path, 3) == 10
-    resumed = train_local(config, data, 3, resume=True)
+    resumed = data_parallel.train(THREADS, config, data, workers=3, resume=True)
     assert resumed.first_step == 10
     np.testing.assert_array_equal(resumed.params, whole.params)  # bit for bit
     np.testing.assert_array_equal(resumed.loss, whole.loss[10:])
 
 
 def test_only_the_last_complete_checkpoints_are_kept(data, tmp_path):
-    train_local(cfg(checkpoint_dir=str(tmp_path), checkpoint_every=4), data, 2)
+    data_parallel.train(THREADS, cfg(checkpoint_dir=str(tmp_path), checkpoint_every=4),
+                        data, workers=2)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == [f"ckpt-{s:08d}-rank{r}.npz" for s in (20, 24) for r in (0, 1)]
     assert checkpoint.latest_step(tmp_path, 2) == 24
@@ -47,19 +55,26 @@ def test_only_the_last_complete_checkpoints_are_kept(data, tmp_path):
 
 
 def test_resume_refuses_a_different_run(data, tmp_path):
-    train_local(cfg(checkpoint_dir=str(tmp_path), checkpoint_every=4), data, 2)
-    with pytest.raises(ValueError, match="no complete checkpoint for 3 workers"):
-        train_local(cfg(checkpoint_dir=str(tmp_path)), data, 3, resume=True)
-    with pytest.raises(ValueError, match="written by a different run"):
-        train_local(cfg(checkpoint_dir=str(tmp_path), lr=0.2), data, 2, resume=True)
+    data_parallel.train(THREADS, cfg(checkpoint_dir=str(tmp_path), checkpoint_every=4),
+                        data, workers=2)
+    # the ranks read the checkpoints: RankFailure, with the ranks' ValueError
+    with pytest.raises(RankFailure, match="ValueError: no complete checkpoint for 3 workers"):
+        data_parallel.train(THREADS, cfg(checkpoint_dir=str(tmp_path)),
+                            data, workers=3, resume=True)
+    with pytest.raises(RankFailure, match="ValueError: .*written by a different run"):
+        data_parallel.train(THREADS, cfg(checkpoint_dir=str(tmp_path), lr=0.2),
+                            data, workers=2, resume=True)
     with pytest.raises(ValueError, match="resume=True needs config.checkpoint_dir"):
-        train_local(cfg(), data, 2, resume=True)
+        data_parallel.train(THREADS, cfg(), data, workers=2, resume=True)
 
 
 def test_a_dead_worker_stops_the_others_within_the_timeout(data):
-    """The others block in the allreduce; run_local aborts them and names the dead rank."""
-    with pytest.raises(WorkerCrashed, match=r"\[rank 1 of 4\] worker rank 1 crashed at step 3"):
-        train_local(cfg(crash_rank=1, crash_step=3), data, 4, timeout=2)
+    """The others block in the allreduce; the runner aborts them and names the dead rank."""
+    with pytest.raises(RankFailure, match=r"failed on rank 1:\n  rank 1: WorkerCrashed: "
+                                          r"worker rank 1 crashed at step 3") as failure:
+        data_parallel.train(LocalRunner(8, comm_timeout=2), cfg(crash_rank=1, crash_step=3), data,
+                            workers=4)
+    assert failure.value.ranks == [1] and isinstance(failure.value.__cause__, WorkerCrashed)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -87,12 +102,12 @@ def test_bad_settings_are_rejected_with_what_is_allowed(kwargs, message):
 ])
 def test_bad_worker_counts_are_rejected(data, n, message):
     with pytest.raises(ValueError, match=message):
-        train_local(cfg(), data, n)
+        data_parallel.train(THREADS, cfg(), data, workers=n)
 
 
 def test_fault_ranks_must_be_workers(data):
     with pytest.raises(ValueError, match=r"straggler_rank=5 is not a worker: allowed 0..3"):
-        train_local(cfg(straggler_rank=5, slow_factor=2.0), data, 4)
+        data_parallel.train(THREADS, cfg(straggler_rank=5, slow_factor=2.0), data, workers=4)
 
 
 def test_buckets_cover_the_buffer_from_its_end():

@@ -12,20 +12,24 @@ from coursekit.data import load_digits  # noqa: E402
 from coursekit.parallel import dp_experiments as ex  # noqa: E402
 from coursekit.parallel.data_parallel import DPConfig  # noqa: E402
 from coursekit.parallel.dp_results import StepBreakdown  # noqa: E402
+from coursekit.parallel.data_parallel import train  # noqa: E402
+from coursekit.runner import LocalRunner  # noqa: E402
 from coursekit.widgets import data_parallel as w  # noqa: E402
+
+THREADS = LocalRunner(4)
 
 
 @pytest.fixture(scope="module")
-def run():
+def data():
     d = load_digits()
-    return ex.local_runner((d.X_train[:256], d.y_train[:256]), (d.X_test, d.y_test))
+    return (d.X_train[:256], d.y_train[:256]), (d.X_test, d.y_test)
 
 
 BASE = DPConfig(sizes=(64, 16, 10), epochs=1, max_steps=12, publish_interval=0.01)
 
 
-def test_panel_runs_with_the_controls_values(run):
-    panel = w.DataParallelPanel(run, max_workers=4, base=BASE)
+def test_panel_runs_with_the_controls_values(data):
+    panel = w.DataParallelPanel(base=BASE, data=data[0], eval_data=data[1], runner=THREADS)
     panel.workers.value = 3
     panel.exchange.value = "allreduce"
     panel.algorithm.value = "recursive_doubling"
@@ -44,8 +48,8 @@ def test_panel_runs_with_the_controls_values(run):
     assert panel.status.value.startswith(str(parts))
 
 
-def test_step_breakdown_parts_add_up_and_none_is_negative(run):
-    r = run(replace(BASE, straggler_rank=0, slow_factor=3.0), 3)
+def test_step_breakdown_parts_add_up_and_none_is_negative(data):
+    r = train(THREADS, replace(BASE, straggler_rank=0, slow_factor=3.0), *data, workers=3)
     parts = r.step_breakdown()
     assert parts.step == pytest.approx(parts.compute + parts.communication + parts.other)
     assert min(parts.compute, parts.communication, parts.other) >= 0
@@ -55,35 +59,36 @@ def test_step_breakdown_parts_add_up_and_none_is_negative(run):
     assert fake.step_breakdown() == StepBreakdown(6.5, 5.0, 1.0, 0.5)
 
 
-def test_panel_reports_bad_settings_in_its_status(run):
-    def two_engines(config, n, **kw):  # like train_cluster on a 2-engine cluster
-        if n > 2:
-            raise ValueError(f"workers={n} but the cluster has 2 engines")
-        return run(config, n, **kw)
-
-    panel = w.DataParallelPanel(two_engines, max_workers=4, base=BASE)
+def test_panel_reports_bad_settings_in_its_status(data):
+    panel = w.DataParallelPanel(max_workers=4, base=BASE, data=data[0], runner=LocalRunner(2))
     panel.run_button.click()
     assert panel.wait(60), "the clicked run did not end"
     assert panel.result is None
-    assert panel.status.value == "error: workers=4 but the cluster has 2 engines"
+    assert panel.status.value == "error: workers=4 but LocalRunner(2) has 2 ranks"
     assert not panel.run_button.disabled
     with pytest.raises(ValueError, match="max_workers"):
-        w.DataParallelPanel(run, max_workers=0)
+        w.DataParallelPanel(max_workers=0, data=data[0], runner=THREADS)
+    with pytest.raises(ValueError, match="give cluster= .a started cluster. or runner="):
+        w.DataParallelPanel(data=data[0])
 
 
-def test_experiments_and_their_plots(run):
-    sweep = ex.sweep_exchange(run, BASE, [1, 2, 3], alpha=1e-5, beta=1e-9)
+def test_experiments_and_their_plots(data):
+    (train_data, eval_data) = data
+    sweep = ex.sweep_exchange(THREADS, BASE, train_data, [1, 2, 3], alpha=1e-5, beta=1e-9,
+                              eval_data=eval_data)
     nbytes = 1210 * 4  # the 64-16-10 gradient in float32
     assert sweep.predicted_busiest_bytes["ps"].tolist() == [0, 2 * nbytes, 4 * nbytes]
     np.testing.assert_allclose(sweep.busiest_bytes["ps"], sweep.predicted_busiest_bytes["ps"])
-    grid = ex.lr_rule_grid(run, BASE, [1, 2], ("constant", "linear"), per_worker_batch=8)
+    grid = ex.lr_rule_grid(THREADS, BASE, train_data, [1, 2], ("constant", "linear"),
+                           per_worker_batch=8, eval_data=eval_data)
     assert grid.accuracy.shape == (2, 2) and np.isfinite(grid.accuracy).all()
-    strag = ex.straggler_sweep(run, BASE, 2, [1.0, 3.0])
+    strag = ex.straggler_sweep(THREADS, BASE, train_data, 2, [1.0, 3.0])
     assert strag.straggler_compute[1] > strag.others_compute[1]
-    sc = ex.scaling(run, replace(BASE, batch_size=8), [1, 2], alpha=1e-5, beta=1e-9)
+    sc = ex.scaling(THREADS, replace(BASE, batch_size=8), train_data, [1, 2], alpha=1e-5,
+                    beta=1e-9)
     assert sc.efficiency[0] == 1 and sc.predicted_comm[0] == 0
     for fig in (w.plot_exchange_sweep(sweep), w.plot_lr_grid(grid), w.plot_straggler(strag),
-                w.plot_scaling(sc), w.plot_run(run(BASE, 2))):
+                w.plot_scaling(sc), w.plot_run(train(THREADS, BASE, *data, workers=2))):
         assert fig.axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes
                                 if ax.get_yticklabels()[0].get_text() != "rank 0")
     assert ex.measure_gamma(1 << 16, 2) > 0

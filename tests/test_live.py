@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from coursekit import live
+from coursekit.runner import LocalRunner, RankFailure
 
 
 def counting(comm, steps, gate=None):
@@ -26,7 +27,7 @@ def test_follow_sees_updates_while_the_run_is_going_and_returns_its_result():
         if all(d.get("step", 0) >= 10 for d in data):
             gate.set()  # the ranks wait here halfway: we saw them mid-run
 
-    run = live.start_local(counting, 2, 20, gate, timeout=10)
+    run = LocalRunner(2, comm_timeout=10).start(counting, 20, gate)
     assert live.follow(run, on_update, interval=0.01, progress=False, timeout=30) == [0, 1]
     assert any(all(10 <= d["step"] < 20 for d in snap) for snap in seen)
     final = seen[-1]
@@ -36,7 +37,7 @@ def test_follow_sees_updates_while_the_run_is_going_and_returns_its_result():
 
 def test_reporter_throttles_but_always_sends_the_last_values():
     got = []
-    live._local.sink = got.append
+    live.attach_sink(got.append)
     try:
         reporter = live.Reporter(interval=3600)
         for step in range(5):
@@ -44,7 +45,7 @@ def test_reporter_throttles_but_always_sends_the_last_values():
         assert len(got) == 1  # only the first log went out
         reporter.close()
     finally:
-        live._local.sink = None
+        live.attach_sink(None)
     assert got[-1]["step"] == 4 and got[-1]["loss"] == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert got[-1]["seq"] == 2
 
@@ -57,10 +58,10 @@ def test_follow_reraises_the_run_error_and_times_out():
     def broken(comm):
         raise RuntimeError("boom")
 
-    with pytest.raises(RuntimeError, match=r"\[rank 0 of 1\] boom"):
-        live.follow(live.start_local(broken, 1), interval=0.01, progress=False)
+    with pytest.raises(RankFailure, match=r"rank 0: RuntimeError: boom"):
+        live.follow(LocalRunner(1).start(broken), interval=0.01, progress=False)
     slow = threading.Event()
-    run = live.start_local(lambda comm: slow.wait(10), 1, timeout=15)
+    run = LocalRunner(1, comm_timeout=15).start(lambda comm: slow.wait(10))
     with pytest.raises(TimeoutError, match="did not finish within 0.1 s"):
         live.follow(run, interval=0.01, progress=False, timeout=0.1)
     slow.set()

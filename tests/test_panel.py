@@ -295,8 +295,7 @@ def test_run_on_a_stopped_cluster_says_so_at_once(two_engines, tmp_path):
 
 def chapter_panels():
     """One panel of every chapter, built cheaply (no cluster: ThreadComm or simulations)."""
-    from coursekit.collectives.timing import local_runner
-    from coursekit.parallel.async_sgd import start_local
+    from coursekit.runner import LocalRunner
     from coursekit.widgets.at_scale import AtScalePanel
     from coursekit.widgets.backprop import BackpropPanel
     from coursekit.widgets.collectives import CollectivesPanel
@@ -305,10 +304,11 @@ def chapter_panels():
     from coursekit.widgets.param_server import ParamServerPanel
     from coursekit.widgets.pipeline import PipelinePanel
 
-    return [BackpropPanel(), CollectivesPanel(local_runner, 2, alpha=1e-5, beta=1e-9),
-            DataParallelPanel(lambda config, n, **kw: None, max_workers=2),
-            ParamServerPanel(start_local, max_ranks=3), PipelinePanel(),
-            CompressionPanel(alpha=1e-5, beta=1e-9), AtScalePanel()]
+    threads = LocalRunner(3)
+    return [BackpropPanel(), CollectivesPanel(alpha=1e-5, beta=1e-9, runner=threads),
+            DataParallelPanel(data=None, runner=threads), ParamServerPanel(runner=threads),
+            PipelinePanel(), CompressionPanel(alpha=1e-5, beta=1e-9, runner=threads),
+            AtScalePanel()]
 
 
 def test_every_chapter_panel_has_the_same_layout():
@@ -329,7 +329,7 @@ def test_size_limits_come_from_the_cluster_or_are_checked():
         size_limit("max_ranks", 1, None, minimum=2)
     with pytest.raises(ValueError, match="max_workers must be a positive int, got True"):
         size_limit("max_workers", True, None)
-    with pytest.raises(ValueError, match="give start= .* or cluster="):
+    with pytest.raises(ValueError, match=r"give cluster= \(a started cluster\) or runner="):
         from coursekit.widgets.param_server import ParamServerPanel
         ParamServerPanel()
 

@@ -8,12 +8,14 @@ from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
 from coursekit.parallel import ps_checkpoint
 from coursekit.parallel.checkpoint_files import CheckpointFallbackWarning
-from coursekit.parallel.async_sgd import PSConfig, collect, train_local, train_ps
+from coursekit.parallel.async_sgd import PSConfig, collect, train, train_ps
+from coursekit.runner import LocalRunner, RankFailure
 from coursekit.parallel.ps_protocol import (DONE, HELLO, PULL, PUSH, recv_reply, send_request,
                                             shard_ranges)
 from coursekit.parallel.ps_worker import batch_rows
 
 DATA = load_digits()
+THREADS = LocalRunner(8)  # every run takes the ranks its config needs
 
 
 # ---- shards and configuration ---------------------------------------------------------------
@@ -105,7 +107,7 @@ def test_rejected_gradients_leave_the_average_of_the_honest_ones():
 def test_a_crashed_worker_is_reported_lost_and_the_others_finish(model, extra):
     cfg = PSConfig(model=model, n_workers=3, steps=30, crash={1: 12}, worker_timeout=0.3,
                    n_servers=2, **extra)
-    result = train_local(cfg, DATA)
+    result = train(THREADS, cfg, DATA)
     assert [w.status for w in result.workers] == ["finished", "crashed", "finished"]
     assert result.workers[1].steps == 12
     (lost,) = result.lost
@@ -122,25 +124,25 @@ def test_bsp_stops_when_a_worker_dies():
     cfg = PSConfig(model="bsp", n_workers=3, steps=20, crash={2: 5}, worker_timeout=0.3, timeout=5)
     with pytest.raises(RuntimeError, match=r"BSP: worker 2 \(rank 3\) sent no gradient for "
                                            r"iteration 5 within 0.3 s"):
-        train_local(cfg, DATA)
+        train(THREADS, cfg, DATA)
 
 
 def test_a_gate_that_never_opens_is_reported_as_a_deadlock():
     cfg = PSConfig(model="ssp", n_workers=2, steps=5, timeout=5)
     with pytest.raises(RuntimeError, match="deadlock: every live worker waits at the clock gate"):
-        train_local(cfg, DATA, gate=lambda clock, clocks, s: False)
+        train(THREADS, cfg, DATA, gate=lambda clock, clocks, s: False)
 
 
 # ---- checkpoint / restore ----------------------------------------------------------------------
 def test_a_restarted_run_continues_from_the_checkpoint_without_losing_updates(tmp_path):
     common = dict(model="ssp", n_servers=2, n_workers=3, momentum=0.9, dtype="float64", jitter=0.001)
-    straight = train_local(PSConfig(steps=20, **common), DATA)
-    first = train_local(PSConfig(steps=14, checkpoint_every=5, checkpoint_dir=str(tmp_path),
-                                 **common), DATA)
+    straight = train(THREADS, PSConfig(steps=20, **common), DATA)
+    first = train(THREADS, PSConfig(steps=14, checkpoint_every=5, checkpoint_dir=str(tmp_path),
+                                    **common), DATA)
     assert len(first.servers[0].checkpoints) == 2  # versions 5 and 10
     # the run "dies" after version 14; the restart goes on from version 10
-    again = train_local(PSConfig(steps=20, resume=True, checkpoint_dir=str(tmp_path), **common),
-                        DATA)
+    again = train(THREADS, PSConfig(steps=20, resume=True, checkpoint_dir=str(tmp_path),
+                                    **common), DATA)
     assert [w.steps for w in again.workers] == [10, 10, 10]
     assert again.applied == 3 * 20 and again.servers[0].version == 20
     assert np.array_equal(again.params, straight.params)  # momentum included
@@ -148,12 +150,12 @@ def test_a_restarted_run_continues_from_the_checkpoint_without_losing_updates(tm
 
 def test_asp_restart_keeps_every_update_taken_before_the_checkpoint(tmp_path):
     common = dict(model="asp", n_workers=2, checkpoint_dir=str(tmp_path))
-    first = train_local(PSConfig(steps=10, checkpoint_every=4, **common), DATA)
+    first = train(THREADS, PSConfig(steps=10, checkpoint_every=4, **common), DATA)
     saved = ps_checkpoint.latest_version(tmp_path, 1)
     assert saved == 20 and first.servers[0].version == 20
     assert sorted(p.name for p in tmp_path.glob("*.npz")) == [  # the newest 3 are kept
         "shard0of1_v12.npz", "shard0of1_v16.npz", "shard0of1_v20.npz"]
-    again = train_local(PSConfig(steps=15, resume=True, **common), DATA)
+    again = train(THREADS, PSConfig(steps=15, resume=True, **common), DATA)
     assert again.servers[0].version == 20 + 2 * 5 and again.applied == 2 * 15
     assert [w.steps for w in again.workers] == [5, 5]
 
@@ -162,7 +164,7 @@ def test_asp_restart_keeps_every_update_taken_before_the_checkpoint(tmp_path):
 def test_only_a_version_every_shard_saved_is_restored(tmp_path):
     cfg = PSConfig(model="ssp", n_servers=2, n_workers=2, steps=10, checkpoint_every=5,
                    checkpoint_dir=str(tmp_path))
-    train_local(cfg, DATA)
+    train(THREADS, cfg, DATA)
     assert ps_checkpoint.latest_version(tmp_path, 2) == 10
     (tmp_path / "shard1of2_v10.npz").unlink()  # shard 1 died before saving version 10
     with pytest.warns(CheckpointFallbackWarning,
@@ -170,10 +172,11 @@ def test_only_a_version_every_shard_saved_is_restored(tmp_path):
         assert ps_checkpoint.latest_version(tmp_path, 2) == 5
     with pytest.raises(ValueError, match="no checkpoint in .* has all 3 shards"):
         ps_checkpoint.latest_version(tmp_path, 3)
-    with pytest.raises(ValueError, match="has clocks for 2 workers; this run has 3"):
-        train_local(PSConfig(model="ssp", n_servers=2, n_workers=3, steps=10, resume=True,
-                             checkpoint_dir=str(tmp_path)), DATA)
-    with pytest.raises(ValueError, match=r"holds parameters \[\d+, \d+\) but this run's shard \d "
-                                         r"holds \[\d+, \d+\): the model or n_servers changed"):
-        train_local(PSConfig(model="ssp", n_servers=2, n_workers=2, steps=10, resume=True,
-                             sizes=(64, 16, 10), checkpoint_dir=str(tmp_path)), DATA)
+    # checked by the shards, where the checkpoints are: the run's one error type names them
+    with pytest.raises(RankFailure, match="ValueError: .* has clocks for 2 workers; this run has 3"):
+        train(THREADS, PSConfig(model="ssp", n_servers=2, n_workers=3, steps=10, resume=True,
+                                checkpoint_dir=str(tmp_path)), DATA)
+    with pytest.raises(RankFailure, match=r"holds parameters \[\d+, \d+\) but this run's shard \d "
+                                           r"holds \[\d+, \d+\): the model or n_servers changed"):
+        train(THREADS, PSConfig(model="ssp", n_servers=2, n_workers=2, steps=10, resume=True,
+                                sizes=(64, 16, 10), checkpoint_dir=str(tmp_path)), DATA)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from coursekit.comm import setup_comm
-from coursekit.parallel.async_sgd import PSConfig, train_on_cluster
+from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.runner import ClusterRunner
 
 pytestmark = pytest.mark.cluster
 
@@ -13,12 +14,12 @@ def test_killing_a_worker_engine_leaves_an_asp_run_to_the_others():
     from coursekit import cluster
     with cluster.start(n=4) as c:
         setup_comm(c, timeout=20)
-        ok = train_on_cluster(c, PSConfig(model="ssp", staleness=1, n_workers=3, steps=20),
-                              timeout=60)
+        engines = ClusterRunner(c, timeout=60)
+        ok = train(engines, PSConfig(model="ssp", staleness=1, n_workers=3, steps=20))
         assert ok.applied == 60 and ok.lost == [] and ok.staleness.max() <= 1
         cfg = PSConfig(model="asp", n_workers=3, steps=60, crash={1: 25}, crash_kills=True,
                        worker_timeout=1.0, straggler={0: 0.002, 2: 0.002})
-        result = train_on_cluster(c, cfg, timeout=60)
+        result = train(engines, cfg)
     assert result.workers[1] is None  # its process is gone: no report
     assert [result.workers[w].status for w in (0, 2)] == ["finished", "finished"]
     (lost,) = result.lost

@@ -4,7 +4,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from coursekit.parallel.async_sgd import PSConfig, follow, start_local  # noqa: E402
+from coursekit.parallel.async_sgd import PSConfig, train  # noqa: E402
+from coursekit.runner import LocalRunner  # noqa: E402
 from coursekit.viz import figure_problems  # noqa: E402
 from coursekit.widgets.param_server import (ParamServerPanel, plot_live, plot_runs,  # noqa: E402
                                             plot_worker_timeline)
@@ -15,7 +16,7 @@ BASE = PSConfig(steps=30, eval_every=5, worker_timeout=2.0)
 def test_live_progress_reaches_the_notebook_side():
     seen = []
     config = PSConfig(model="asp", n_workers=2, steps=40, eval_every=5, jitter=0.002)
-    result = follow(start_local(config), config, on_update=seen.append)
+    result = train(LocalRunner(3), config, on_update=seen.append)
     assert seen, "on_update was never called"
     last = seen[-1]
     assert last[0] == {} and [d["worker"] for d in last[1:]] == [0, 1]  # the shard publishes nothing
@@ -33,7 +34,7 @@ def test_the_first_live_update_reads_well():
 
 
 def test_panel_runs_each_consistency_model_and_keeps_them_for_comparison():
-    panel = ParamServerPanel(start_local, max_ranks=4, base=BASE)
+    panel = ParamServerPanel(base=BASE, runner=LocalRunner(4))
     live_pictures = []
     panel.live.observe(lambda change: live_pictures.append(bytes(change["new"])), "value")
     assert panel.staleness.disabled is False
@@ -59,7 +60,7 @@ def test_panel_runs_each_consistency_model_and_keeps_them_for_comparison():
 
 
 def test_panel_refuses_more_ranks_than_it_has():
-    panel = ParamServerPanel(start_local, max_ranks=4, base=BASE)
+    panel = ParamServerPanel(base=BASE, runner=LocalRunner(4))
     panel.servers.value = 2
     panel.workers.value = 3
     assert panel.run() is None
@@ -67,9 +68,8 @@ def test_panel_refuses_more_ranks_than_it_has():
 
 
 def test_plots_show_every_run_and_a_lost_worker():
-    from coursekit.parallel.async_sgd import train_local
-    result = train_local(PSConfig(model="asp", n_workers=3, steps=20, crash={0: 5},
-                                  worker_timeout=0.3, eval_every=5))
+    result = train(LocalRunner(4), PSConfig(model="asp", n_workers=3, steps=20, crash={0: 5},
+                                            worker_timeout=0.3, eval_every=5))
     fig = plot_runs([result, result])
     assert len(fig.axes[0].lines) == 2
     assert any("lost at" in t.get_text() for t in fig.axes[3].texts)

@@ -16,9 +16,10 @@ from ipyparallel import interactive
 from coursekit import cluster
 from coursekit.comm import call_with_comm, reset_comm, run_local, setup_comm
 from coursekit.data import load_digits
-from coursekit.parallel.async_sgd import PSConfig, train_on_cluster
-from coursekit.parallel.data_parallel import train_cluster
+from coursekit.parallel import data_parallel
+from coursekit.parallel.async_sgd import PSConfig, train
 from coursekit.parallel.dp_config import DPConfig
+from coursekit.runner import ClusterRunner
 
 pytestmark = pytest.mark.cluster
 
@@ -46,7 +47,7 @@ def test_a_crash_on_an_attached_cluster_is_simulated_and_every_engine_lives(atta
     before = engine_pids(attached)
     cfg = PSConfig(model="asp", n_workers=3, steps=40, crash={1: 15}, worker_timeout=1.0,
                    straggler={0: 0.002, 2: 0.002})
-    result = train_on_cluster(attached, cfg, timeout=60)
+    result = train(ClusterRunner(attached, timeout=60), cfg)
     assert [w.status for w in result.workers] == ["finished", "crashed", "finished"]
     (lost,) = result.lost  # found through the shards' timeout, as for a dead process
     assert lost["worker"] == 1 and lost["clock"] == 15 and lost["t"] >= 1.0
@@ -54,7 +55,7 @@ def test_a_crash_on_an_attached_cluster_is_simulated_and_every_engine_lives(atta
     assert engine_pids(attached) == before
     # the next run on the same engines is exact: nothing of the broken one is left in flight
     bsp = PSConfig(model="bsp", n_workers=3, steps=10, dtype="float64")
-    again = train_on_cluster(attached, bsp, timeout=60)
+    again = train(ClusterRunner(attached, timeout=60), bsp)
     assert again.lost == [] and again.applied == 30
 
 
@@ -63,11 +64,11 @@ def test_a_crash_that_would_kill_an_engine_is_refused_on_an_attached_cluster(att
     kill = PSConfig(model="asp", n_workers=3, steps=20, crash={1: 5}, crash_kills=True)
     with pytest.raises(ValueError, match="would kill an engine process of a cluster this "
                                          "notebook did not start.*crash_kills=False"):
-        train_on_cluster(attached, kill)
+        train(ClusterRunner(attached), kill)
     d = load_digits()
     with pytest.raises(ValueError, match=r"crash_rank \(a data-parallel crash ends its engine"):
-        train_cluster(attached, DPConfig(crash_rank=1, crash_step=2),
-                      (d.X_train, d.y_train))
+        data_parallel.train(ClusterRunner(attached), DPConfig(crash_rank=1, crash_step=2),
+                            (d.X_train, d.y_train))
     assert engine_pids(attached) == before
 
 

@@ -9,11 +9,8 @@ from coursekit.comm import run_local
 import time
 
 from coursekit.sim.calibrate import SIZES, exchange, link_fit, pingpong, ring_exchange
+from coursekit.runner import LocalRunner
 from coursekit.sim.validate import validate
-
-
-def _run(p):
-    return lambda fn, *args: run_local(fn, p, *args)
 
 
 def test_calibration_functions_return_on_rank_a_only():
@@ -50,7 +47,7 @@ def test_link_fit_recovers_a_synthetic_link():
 
 
 def test_validate_structure():
-    v = validate(_run(2), 2, sizes=(8, 16, 4), batch=8, steps=4)
+    v = validate(LocalRunner(2), 2, sizes=(8, 16, 4), batch=8, steps=4)
     assert v.grad_bytes == 4 * (8 * 16 + 16 + 16 * 4 + 4)
     assert v.simulated_s > v.compute_s > 0 and v.measured_s > 0 and v.ratio > 0
     assert v.alpha > 0 and v.beta > 0 and v.gamma >= 0
@@ -58,4 +55,4 @@ def test_validate_structure():
 
 def test_validate_needs_two_ranks():
     with pytest.raises(ValueError, match="at least 2"):
-        validate(_run(1), 1)
+        validate(LocalRunner(1), 1)

@@ -41,7 +41,7 @@ from coursekit.runner import Runner
 from . import checkpoint
 from .dp_config import DPConfig
 from .dp_results import DPResult, RankResult, combine
-from .exchange import Exchange
+from .exchange import Exchange, check_gradient_sum
 from .lr_rules import LRSchedule
 from .sampler import Sampler
 from .spans import COMPUTE_KINDS, SpanRecorder, step_totals
@@ -180,8 +180,6 @@ def _save(cfg, rank, n, step, mlp, opt, sampler) -> None:
 
 
 def _restore(cfg, rank, n, mlp, opt, sampler) -> int:
-    if not cfg.checkpoint_dir:
-        raise ValueError("resume=True needs config.checkpoint_dir (where the checkpoints are)")
     ckpt = checkpoint.load(cfg.checkpoint_dir, rank, n, cfg.fingerprint(n))
     mlp.params[...] = ckpt.params
     _velocity(opt)[...] = ckpt.velocity
@@ -210,6 +208,11 @@ def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: in
     n = config.check_workers(runner.size if workers is None else workers)
     if n > runner.size:
         raise ValueError(f"workers={n} but {runner.describe()} has {runner.size} ranks")
+    if not isinstance(data, (str, os.PathLike)):  # a path is opened where the ranks run
+        as_source(data)  # bad data fails here, with its TypeError or ValueError
+    check_gradient_sum(config, gradient_sum)
+    if resume and not config.checkpoint_dir:
+        raise ValueError("resume=True needs config.checkpoint_dir (where the checkpoints are)")
     results = runner.run(train_worker, config, data, eval_data, ranks=n, resume=resume,
                          gradient_sum=gradient_sum, on_update=on_update, progress=progress,
                          interval=config.publish_interval or 0.1, timeout=timeout)

@@ -37,6 +37,13 @@ __all__ = ["Exchange", "predict_bytes_sent", "predict_bytes_through", "predict_c
 PS_ROOT = 0
 
 
+def check_gradient_sum(config, gradient_sum) -> None:
+    """ValueError unless ``config`` allreduces whole gradients, which ``gradient_sum`` replaces."""
+    if gradient_sum is not None and (config.exchange != "allreduce" or config.bucket_mb is not None):
+        raise ValueError("gradient_sum replaces the allreduce of whole gradients: it needs "
+                         "exchange='allreduce' and bucket_mb=None")
+
+
 class Exchange:
     """One worker's side of the gradient exchange + update (see the module docstring).
 
@@ -51,9 +58,7 @@ class Exchange:
 
     def __init__(self, comm, config, mlp, optimizer, recorder, gradient_sum=None):
         self.comm, self.cfg, self.mlp, self.opt, self.rec = comm, config, mlp, optimizer, recorder
-        if gradient_sum is not None and (config.exchange != "allreduce" or config.bucket_mb is not None):
-            raise ValueError("gradient_sum replaces the allreduce of whole gradients: it needs "
-                             "exchange='allreduce' and bucket_mb=None")
+        check_gradient_sum(config, gradient_sum)
         self.gradient_sum = None if gradient_sum is None else gradient_sum(comm, mlp)
         self.buckets = None
         self.reducer = None
