@@ -143,7 +143,14 @@ class Comm:
     def sendrecv(self, sendbuf: np.ndarray, dest: int, source: int = ANY_SOURCE,
                  sendtag: int = 0, recvtag: int = ANY_TAG, out=None) -> np.ndarray:
         """Send ``sendbuf`` to ``dest`` and receive from ``source`` without deadlocking,
-        even when the two ranks sendrecv to each other at the same time."""
+        even when the two ranks sendrecv to each other at the same time.
+
+        Mapping to mpi4py, whose third positional argument is ``sendtag``: here it is
+        ``source`` (pass tags by name). mpi4py's ``Sendrecv(sendbuf, dest, sendtag,
+        recvbuf, source, recvtag)`` is ``comm.sendrecv(sendbuf, dest, source,
+        sendtag=sendtag, recvtag=recvtag, out=recvbuf)`` here, which also returns the
+        received array.
+        """
         arr = self._check_send(sendbuf, dest, sendtag)
         self._check_recv(source, recvtag, out)
         t0 = now()
