@@ -6,7 +6,7 @@ fails naming every file. A SIGKILL in the middle of a save never leaves a damage
 a checkpoint's name, and a resumed training run still ends bit for bit where an
 uninterrupted one does.
 
-Run as a script (``python tests/test_checkpoint_integrity.py DIR START``), this file is
+Run as a script (``python tests/parallel/test_checkpoint_integrity.py DIR START``), this file is
 the writer that the SIGKILL test kills: it saves ever newer large checkpoints into DIR.
 """
 
