@@ -143,6 +143,8 @@ def graded(tmp_path_factory):
     return rows, scratch, pids
 
 
+# `graded` runs the class's notebooks in kernels; one of them starts a 2-engine cluster
+@pytest.mark.cluster
 def test_gradebook_says_exactly_what_each_student_did(graded):
     rows, _, _ = graded
     got = {(r["student"], r["exercise"]): (int(r["passed"]), int(r["total"]), r["status"]) for r in rows}
@@ -165,6 +167,7 @@ def test_gradebook_says_exactly_what_each_student_did(graded):
     assert TIMEOUT_S <= seconds["cat", "00_latency_bandwidth"] < TIMEOUT_S + 30
 
 
+@pytest.mark.cluster
 def test_a_timed_out_notebook_leaves_no_kernel_or_cluster(graded):
     _, scratch, pids = graded
     started = [int(p) for p in pids.read_text().split()]

@@ -19,6 +19,7 @@ SIM_TESTS = Path(__file__).with_name("test_nn_cuda_sim.py")
 ROOT = Path(__file__).resolve().parents[2]  # the repository: its conftest.py is the run's
 
 
+@pytest.mark.slow  # a second pytest process; the simulator runs every GPU thread in Python
 def test_cuda_kernels_match_cpu_in_the_simulator():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     proc = subprocess.run(
