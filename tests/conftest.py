@@ -13,9 +13,9 @@ own and are stopped when it ends.
 Markers. A test that uses one of these fixtures is marked ``cluster`` here. A test that
 is not marked ``cluster`` and starts one anyway (an ipyparallel controller, through
 ``coursekit.cluster.start`` or not, or any process running an ipyparallel controller or
-engine) fails with an error saying so, as
-does one not marked ``mpi`` that runs ``mpiexec`` and one not marked ``ui`` that starts
-JupyterLab or Chromium: ``make test-fast`` (``-m "not cluster and not mpi and not ui and
+engine) fails with an error saying so, as does one not marked ``mpi`` that runs
+``mpiexec`` and one not marked ``ui`` that starts JupyterLab (or ``make lab``), Chromium
+or Playwright's driver: ``make test-fast`` (``-m "not cluster and not mpi and not ui and
 not slow"``) can trust the markers. Only processes this pytest process spawns are
 checked; a kernel or script it starts that starts a cluster itself must be marked by
 hand (tests/test_release.py, tests/test_reaper.py, tests/test_notebooks.py do).
@@ -40,7 +40,7 @@ GUARDED = {
     "cluster": ("ipyparallel.controller", "ipyparallel.engine", "ipyparallel.cluster",
                 "ipcontroller", "ipengine", "ipcluster"),
     "mpi": ("mpiexec", "mpirun"),
-    "ui": ("jupyter-lab", "jupyterlab", "jupyter lab", "chromium"),
+    "ui": ("jupyter-lab", "jupyterlab", "jupyter lab", "make lab", "chromium", "playwright"),
 }
 
 _shared: dict[str, course_cluster.CourseCluster] = {}

@@ -148,6 +148,7 @@ def test_strip_solutions_rejects_broken_markers(text, message):
         nb.strip_solutions(text)
 
 
+@pytest.mark.slow  # the command in its own process
 def test_cli_rejects_a_missing_notebook_with_one_clear_line():
     result = subprocess.run([sys.executable, "-m", "coursekit.notebooks", "execute", "notebooks/99_nope.ipynb"],
                             capture_output=True, text=True, timeout=60, cwd=nb.ROOT)

@@ -243,6 +243,7 @@ def test_underflow_fp16_loses_small_gradients_scaling_recovers_bf16_keeps_them(d
     assert r.grad_error[bf16] > 2 * r.grad_error[scaled]
 
 
+@pytest.mark.slow  # 10 epochs of training in 4 number formats per seed
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fp16_scaled_and_bf16_train_as_well_as_fp32(compared, seed):
     """Measured with seeds 0-7 (10 epochs): fp32 96.4-97.6 %; fp16 + scaling within
@@ -255,6 +256,7 @@ def test_fp16_scaled_and_bf16_train_as_well_as_fp32(compared, seed):
     assert r.histories[1].scales[-1] > 2.0**16  # the scaler grew (every 100 good steps)
 
 
+@pytest.mark.slow  # as above, and again with the tiny loss weight
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tiny_loss_weight_stalls_fp16_without_scaling_only(compared, seed):
     """loss_weight 2^-22 with lr * 2^22: fp32 trains bit for bit as with weight 1; unscaled

@@ -303,6 +303,7 @@ def _run_until_killed(directory: Path, start: int, wait_for_write: bool, delay: 
     return _fresh_tmp(directory, launched)
 
 
+@pytest.mark.slow  # five processes killed by SIGKILL at timed moments of their saves
 def test_sigkill_in_the_middle_of_saves_never_loads_a_wrong_state(tmp_path):
     rng = np.random.default_rng(17)
     base = _base()
