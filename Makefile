@@ -1,4 +1,5 @@
-# coursekit: `make lab` starts the course, `make test` runs every test.
+# coursekit: `make lab` starts the course, `make test` runs every test,
+# `make test-fast` the unit tests alone (no cluster, MPI, browser, notebook or slow test).
 # Both create the virtual environment .venv (Python 3.11+) on first use.
 
 PYTHON ?= python3
@@ -15,7 +16,7 @@ PYTEST_ARGS ?=
 LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install class-env lab test test-clusters notebooks exercises bench lock clean
+.PHONY: install class-env lab test test-fast test-clusters notebooks exercises bench lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -33,6 +34,12 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests notebooks solutions --ignore=tests/clusters --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 $(PYTEST_ARGS)
+
+# The markers are kept honest by tests/conftest.py (a test that starts a cluster, mpiexec or
+# JupyterLab without its marker fails). Under a minute on a 2-vCPU machine.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests --ignore=tests/clusters -m "not cluster and not mpi and not ui and not slow" \
+		$(PYTEST_ARGS)
 
 class-env: $(CLASS_STAMP)
 

@@ -32,9 +32,9 @@ os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiet debugpy in
 os.environ["COURSEKIT_STRICT_FIGURES"] = "1"
 
 
-# numba's CUDA simulator must be on before numba.cuda is imported: tests/test_nn_cuda.py
+# numba's CUDA simulator must be on before numba.cuda is imported: tests/nn/test_nn_cuda.py
 # runs these tests in their own process with NUMBA_ENABLE_CUDASIM=1.
-collect_ignore = [] if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else ["tests/test_nn_cuda_sim.py"]
+collect_ignore = [] if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else ["tests/nn/test_nn_cuda_sim.py"]
 
 
 def pytest_collection_modifyitems(items):

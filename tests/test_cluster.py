@@ -9,8 +9,6 @@ from ipyparallel import interactive  # ship these test functions by value
 from coursekit import cluster
 from coursekit.processes import cluster_processes
 
-pytestmark = pytest.mark.cluster
-
 
 @interactive
 def engine_environment():
@@ -40,10 +38,10 @@ def sleep_then_rank(seconds):
     return this_engine().rank
 
 
-@pytest.fixture(scope="module")
-def three():
-    with cluster.start(n=3) as c:
-        yield c
+@pytest.fixture
+def three(cluster3):
+    """The run's shared 3-engine cluster (tests/conftest.py)."""
+    return cluster3
 
 
 def test_ranks_sizes_and_single_threaded_engines(three):
@@ -66,19 +64,22 @@ def test_engine_error_names_the_rank(three):
     assert three.run(fail_on_rank, 99) == [0, 1, 2]  # engines survive it
 
 
-def test_timeout_names_busy_ranks_and_interrupt_frees_them(three):
+def test_timeout_names_busy_ranks_and_interrupt_frees_them(start_cluster):
+    three = start_cluster(n=3)  # its own: it interrupts the engines
     with pytest.raises(TimeoutError, match=r"sleep_then_rank did not finish within 0.5 s on ranks \[0, 1, 2\]"):
         three.run(sleep_then_rank, 60, timeout=0.5)
     three.interrupt()
     assert three.run(sleep_then_rank, 0, timeout=30) == [0, 1, 2]
 
 
+@pytest.mark.cluster
 def test_threads_per_engine_is_configurable():
     with cluster.start(n=1, threads_per_engine=2, engine_env={"COURSEKIT_MARK": "x"}) as c:
         assert c.run(engine_environment) == [(0, "2", "2")]
         assert c.run(os.getenv, "COURSEKIT_MARK") == ["x"]
 
 
+@pytest.mark.cluster
 def test_stop_with_busy_engines_leaves_no_process(ipython_dir):
     before = {p.pid for p in cluster_processes(ipython_dir)}  # other tests' clusters
     c = cluster.start(n=2)
@@ -91,25 +92,26 @@ def test_stop_with_busy_engines_leaves_no_process(ipython_dir):
     c.stop()  # idempotent
 
 
-def test_env_variable_attaches_to_a_running_cluster(monkeypatch, ipython_dir):
+def test_env_variable_attaches_to_a_running_cluster(monkeypatch, cluster3):
     """A notebook's start(n=2) on an instructor's 3-engine cluster uses ranks 0 and 1 (the
     lesson keeps its shape); connect() without size uses every engine."""
-    with cluster.start(n=3) as owner:
-        cluster_id = owner.ipp_cluster.cluster_id
-        monkeypatch.setenv(cluster.ENV_CLUSTER, f"default:{cluster_id}")
-        attached = cluster.start(n=2)
-        assert not attached.owned and attached.size == 2
-        assert attached.engine_ids == owner.engine_ids[:2]
-        assert attached.run(fail_on_rank, -1) == [0, 1]
-        attached.stop()  # only disconnects
-        again = cluster.connect(profile="default", cluster_id=cluster_id)
-        assert again.size == 3
-        assert again.run(fail_on_rank, -1) == [0, 1, 2]
-        again.stop()
-        with pytest.raises(ValueError, match="size=3 engines cannot be used when waiting for only n=2"):
-            cluster.connect(profile="default", cluster_id=cluster_id, n=2, size=3)
+    owner = cluster3  # the run's shared cluster: an instructor's, to this notebook
+    cluster_id = owner.ipp_cluster.cluster_id
+    monkeypatch.setenv(cluster.ENV_CLUSTER, f"default:{cluster_id}")
+    attached = cluster.start(n=2)
+    assert not attached.owned and attached.size == 2
+    assert attached.engine_ids == owner.engine_ids[:2]
+    assert attached.run(fail_on_rank, -1) == [0, 1]
+    attached.stop()  # only disconnects
+    again = cluster.connect(profile="default", cluster_id=cluster_id)
+    assert again.size == 3
+    assert again.run(fail_on_rank, -1) == [0, 1, 2]
+    again.stop()
+    with pytest.raises(ValueError, match="size=3 engines cannot be used when waiting for only n=2"):
+        cluster.connect(profile="default", cluster_id=cluster_id, n=2, size=3)
 
 
+@pytest.mark.cluster
 def test_engines_that_fail_to_start_report_their_output(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\nprint('engine start-up exploded on purpose', flush=True)\nsys.exit(3)\n"
@@ -154,6 +156,7 @@ def test_this_engine_outside_an_engine():
         cluster.this_engine()
 
 
+@pytest.mark.cluster
 @pytest.mark.mpi
 def test_mpi_engines_get_their_mpi_rank():
     pytest.importorskip("mpi4py", reason="needs the mpi extra: pip install '.[mpi]'")
@@ -182,6 +185,7 @@ def allreduce_rank_sum():
     return type(comm).__name__, comm.size, allreduce(comm, np.array([comm.rank + 1.0]))[0]
 
 
+@pytest.mark.cluster
 @pytest.mark.mpi
 def test_a_notebook_on_part_of_an_mpi_job_gets_an_mpi_comm_of_its_ranks(monkeypatch):
     """start(n=2) attached to a 3-rank MPI job: MpiComm over ranks 0-1 only (the third

@@ -10,20 +10,17 @@ import time
 import ipywidgets as widgets
 import pytest
 
-from coursekit import cluster
 from coursekit.contention import BUSY_THRESHOLD, Contention, measure
 from coursekit.widgets.panel import Panel
 
-pytestmark = pytest.mark.cluster
-
 
 @pytest.fixture(scope="module")
-def shared():
-    """Our cluster, and a second client of it (another student)."""
-    with cluster.start(n=2) as ours:
-        other = ours.ipp_cluster.connect_client_sync()
-        yield ours, other
-        other.close()
+def shared(cluster2):
+    """Our cluster (the run's shared 2-engine one), and a second client of it (another
+    student)."""
+    other = cluster2.ipp_cluster.connect_client_sync()
+    yield cluster2, other
+    other.close()
 
 
 def test_a_quiet_cluster_has_no_foreign_tasks(shared):

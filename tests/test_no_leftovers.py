@@ -37,6 +37,7 @@ def test_no_scratch_folder_of_this_run_survives(ipython_dir):
     assert left() == [], "scratch folders left behind"
 
 
+@pytest.mark.cluster
 def test_the_leak_check_sees_a_leaked_cluster(tmp_path, monkeypatch):
     """The check above must be able to fail: a cluster nobody stops is found, then ended."""
     from coursekit import cluster

@@ -18,6 +18,13 @@ SOURCES = nb.all_sources()
 SOLUTIONS = sorted((nb.ROOT / "solutions").glob("*.ipynb"))
 
 
+def exercise_params():
+    """Each exercise, marked ``cluster`` when running it starts one (in its kernel)."""
+    return [pytest.param(s, id=s.name, marks=[pytest.mark.cluster] if "cluster.start(" in
+                         nb.exercise_path(s).read_text() else [])
+            for s in SOLUTIONS]
+
+
 def code_and_markdown(notebook):
     return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in notebook.cells]
 
@@ -71,7 +78,8 @@ def test_committed_exercise_is_generated_from_its_solution(solution):
     assert "### BEGIN SOLUTION" not in text and "raise NotImplementedError" in text
 
 
-@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+@pytest.mark.slow  # a Jupyter kernel per exercise
+@pytest.mark.parametrize("solution", exercise_params())
 def test_exercise_stubs_fail_their_checks_with_a_friendly_message(solution):
     """Run the untouched exercise: checks say TODO, and only the stubs raise."""
     from nbclient import NotebookClient
@@ -140,6 +148,7 @@ def test_strip_solutions_rejects_broken_markers(text, message):
         nb.strip_solutions(text)
 
 
+@pytest.mark.slow  # the command in its own process
 def test_cli_rejects_a_missing_notebook_with_one_clear_line():
     result = subprocess.run([sys.executable, "-m", "coursekit.notebooks", "execute", "notebooks/99_nope.ipynb"],
                             capture_output=True, text=True, timeout=60, cwd=nb.ROOT)

@@ -11,20 +11,18 @@ import sys
 
 import pytest
 
-from coursekit import cluster
 from coursekit.preflight import engine_facts, run_preflight
 
 
-@pytest.fixture(scope="module")
-def local():
-    c = cluster.start(2)
-    yield c
-    c.stop()
+@pytest.fixture
+def local(cluster2):
+    """The run's shared 2-engine cluster (tests/conftest.py)."""
+    return cluster2
 
 
-def _client_file(ipython_dir):
+def _client_file(ipython_dir, c):
     files = glob.glob(os.path.join(ipython_dir, "profile_default", "security",
-                                   "ipcontroller-*-client.json"))
+                                   f"ipcontroller-{c.ipp_cluster.cluster_id}-client.json"))
     assert len(files) == 1, files
     return files[0]
 
@@ -69,7 +67,7 @@ def _cli(*args):
 
 
 def test_cli(local, ipython_dir):
-    spec = _client_file(ipython_dir)
+    spec = _client_file(ipython_dir, local)
     ok = _cli("--cluster", spec)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "engines: 2" in ok.stdout and "Comm backend: zmq" in ok.stdout

@@ -143,6 +143,8 @@ def test_render_mpi_needs_mpiexec(tmp_path):
         render_mpi(0, str(tmp_path))
 
 
+@pytest.mark.cluster
+@pytest.mark.mpi
 def test_mpi_profile_starts_mpi_engines(ipython_dir):
     """The rendered MPI profile, started by ipyparallel for real: engines are MPI ranks,
     and preflight (which needs mpi4py and MPI ranks) passes with the MPI Comm backend."""

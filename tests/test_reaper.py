@@ -12,8 +12,6 @@ import pytest
 from coursekit.processes import cluster_processes, describe, end_cluster_processes
 from coursekit.reaper import POLL_S, main as reaper_main
 
-pytestmark = pytest.mark.cluster
-
 OWNER = """
 import os, sys, time
 from coursekit import cluster
@@ -32,6 +30,7 @@ def wait_until(condition, timeout: float) -> bool:
     return condition()
 
 
+@pytest.mark.cluster  # started by a subprocess: the guard of tests/conftest.py cannot see it
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_a_killed_owner_leaves_no_cluster_behind(tmp_path, how):
     env = dict(os.environ, IPYTHONDIR=str(tmp_path))
@@ -51,6 +50,7 @@ def test_a_killed_owner_leaves_no_cluster_behind(tmp_path, how):
         end_cluster_processes(str(tmp_path))
 
 
+@pytest.mark.cluster
 def test_a_stopped_cluster_ends_its_reaper(tmp_path, monkeypatch):
     from coursekit import cluster
 

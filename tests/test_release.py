@@ -38,6 +38,7 @@ def student_folder(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # student_folder runs the release command in its own process
 def test_release_has_every_notebook_and_exercise_and_no_solution(student_folder):
     names = lambda folder: sorted(p.name for p in folder.glob("*.ipynb"))
     assert names(student_folder / "notebooks") == names(nb.ROOT / "notebooks")
@@ -55,6 +56,7 @@ def test_release_has_every_notebook_and_exercise_and_no_solution(student_folder)
     assert "-c constraints.txt" in (student_folder / "Makefile").read_text()
 
 
+@pytest.mark.slow  # student_folder; a second process imports the release
 def test_release_library_imports_from_the_release_folder(student_folder):
     code = "import coursekit.grading.ch02, coursekit.cluster as c; print(c.__file__)"
     env = {**os.environ, "PYTHONPATH": str(student_folder)}
@@ -64,6 +66,7 @@ def test_release_library_imports_from_the_release_folder(student_folder):
     assert result.stdout.strip().startswith(str(student_folder / "coursekit"))
 
 
+@pytest.mark.slow  # the release command, twice, in its own process
 def test_release_refuses_a_non_empty_folder_unless_forced(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     refused = cli("student", tmp_path)
@@ -74,6 +77,7 @@ def test_release_refuses_a_non_empty_folder_unless_forced(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "exercises").is_dir()
 
 
+@pytest.mark.slow  # student_folder runs the release command in its own process
 def test_verify_finds_every_kind_of_leak(student_folder, tmp_path):
     """The check must be able to fail: plant a solution notebook, copied solution code
     (no markers) and a marker line; each is named."""
@@ -143,6 +147,8 @@ def graded(tmp_path_factory):
     return rows, scratch, pids
 
 
+# `graded` runs the class's notebooks in kernels; one of them starts a 2-engine cluster
+@pytest.mark.cluster
 def test_gradebook_says_exactly_what_each_student_did(graded):
     rows, _, _ = graded
     got = {(r["student"], r["exercise"]): (int(r["passed"]), int(r["total"]), r["status"]) for r in rows}
@@ -165,6 +171,7 @@ def test_gradebook_says_exactly_what_each_student_did(graded):
     assert TIMEOUT_S <= seconds["cat", "00_latency_bandwidth"] < TIMEOUT_S + 30
 
 
+@pytest.mark.cluster
 def test_a_timed_out_notebook_leaves_no_kernel_or_cluster(graded):
     _, scratch, pids = graded
     started = [int(p) for p in pids.read_text().split()]
@@ -177,6 +184,7 @@ def test_a_timed_out_notebook_leaves_no_kernel_or_cluster(graded):
     assert list(scratch.iterdir()) == []  # every private IPYTHONDIR was removed
 
 
+@pytest.mark.slow  # the grade command, three times, in its own process
 def test_grade_rejects_bad_input_with_a_clear_error(tmp_path):
     result = cli("grade", tmp_path / "nope", "--out", tmp_path / "g.csv")
     assert result.returncode == 2 and "is not a folder" in result.stderr

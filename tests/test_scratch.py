@@ -22,6 +22,7 @@ def wait_gone(path: Path, seconds: float = 10.0) -> bool:
     return not path.exists()
 
 
+@pytest.mark.slow  # an owner process, killed; the watcher polls
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_the_folder_goes_when_its_owner_is_killed(how):
     owner = subprocess.Popen([sys.executable, "-c", MAKER], stdout=subprocess.PIPE, text=True)

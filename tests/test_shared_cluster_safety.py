@@ -21,17 +21,15 @@ from coursekit.parallel.async_sgd import PSConfig, train
 from coursekit.parallel.dp_config import DPConfig
 from coursekit.runner import ClusterRunner
 
-pytestmark = pytest.mark.cluster
-
 
 def engine_pids(c) -> list[int]:
     return c.run(os.getpid)
 
 
-@pytest.fixture(scope="module")
-def instructor():
-    with cluster.start(n=4) as owner:
-        yield owner
+@pytest.fixture
+def instructor(cluster4):
+    """The run's shared 4-engine cluster (tests/conftest.py): its owner is not the notebook."""
+    return cluster4
 
 
 @pytest.fixture

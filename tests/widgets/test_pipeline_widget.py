@@ -15,6 +15,7 @@ def test_panel_shows_closed_form_bubble_and_memory():
     assert "bubble 27.3%" in panel.status.value
 
 
+@pytest.mark.slow  # four schedules simulated, each drawn and checked
 def test_panel_chunks_and_zero_bubble():
     panel = PipelinePanel("interleaved_1f1b", stages=4, microbatches=8)
     panel.t_w.value = 0.0

@@ -5,7 +5,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from coursekit.data import load_digits
 from coursekit.parallel.compression.experiment import Setup, dp_gradient_sum
 from coursekit.parallel.data_parallel import DPConfig, train
 from coursekit.runner import LocalRunner
@@ -14,9 +13,8 @@ THREADS = LocalRunner(3)
 
 
 @pytest.fixture(scope="module")
-def digits():
-    d = load_digits(dtype=np.float64)
-    return d.X_train[:240], d.y_train[:240]
+def digits(digits_f64):
+    return digits_f64.X_train[:240], digits_f64.y_train[:240]
 
 
 CFG = DPConfig(sizes=(64, 16, 10), dtype="float64", batch_size=24, epochs=2, lr=0.1, seed=3,

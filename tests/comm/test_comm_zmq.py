@@ -110,6 +110,7 @@ def _fault_rank(rank, up, down):
     comm.close(linger=0)
 
 
+@pytest.mark.slow  # processes; the survivor waits out its 1.5 s timeout
 def test_killed_peer_gives_commtimeout_naming_it():
     ctx = mp.get_context("spawn")
     up, downs = ctx.Queue(), [ctx.Queue(), ctx.Queue()]
@@ -322,6 +323,7 @@ def _sendrecv_to_silent_peer(comm):
     return "no timeout", 0.0
 
 
+@pytest.mark.slow  # processes; the sender waits out its timeout
 def test_single_copy_send_times_out_naming_a_peer_that_never_copies():
     msg, waited = run_procs(_sendrecv_to_silent_peer, 2, timeout=20)[0]
     assert "rank 0: send(dest=1, tag=0) timed out after 1 s waiting for rank 1" in msg

@@ -13,6 +13,9 @@ from coursekit.comm.procs import run_procs
 
 TIMEOUT = 1.5
 
+# three processes per test, and the survivors wait out their timeout
+pytestmark = pytest.mark.slow
+
 
 def collective_with_a_dying_rank(comm, dying, collective, algorithm):
     from coursekit import collectives

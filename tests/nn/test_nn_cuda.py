@@ -2,7 +2,7 @@
 
 ``NUMBA_ENABLE_CUDASIM=1`` must be set before numba.cuda is first imported, and it would
 turn every later CUDA use in this process into the simulator, so
-``tests/test_nn_cuda_sim.py`` runs in its own pytest process (and skips itself here).
+``tests/nn/test_nn_cuda_sim.py`` runs in its own pytest process (and skips itself here).
 """
 
 import os
@@ -16,13 +16,15 @@ from coursekit.nn import MLP
 from coursekit.nn.mlp import resolve_device
 
 SIM_TESTS = Path(__file__).with_name("test_nn_cuda_sim.py")
+ROOT = Path(__file__).resolve().parents[2]  # the repository: its conftest.py is the run's
 
 
+@pytest.mark.slow  # a second pytest process; the simulator runs every GPU thread in Python
 def test_cuda_kernels_match_cpu_in_the_simulator():
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(SIM_TESTS)],
-        env=env, capture_output=True, text=True, timeout=240, cwd=SIM_TESTS.parent.parent,
+        env=env, capture_output=True, text=True, timeout=240, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout

@@ -6,7 +6,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from coursekit.data import load_digits
 from coursekit.parallel import checkpoint
 from coursekit.parallel.buckets import make_buckets, ready_after_layer
 from coursekit.parallel import data_parallel
@@ -17,9 +16,8 @@ THREADS = LocalRunner(8)
 
 
 @pytest.fixture(scope="module")
-def data():
-    d = load_digits(dtype=np.float64)
-    return d.X_train[:200], d.y_train[:200]
+def data(digits_f64):
+    return digits_f64.X_train[:200], digits_f64.y_train[:200]
 
 
 def cfg(**kw):

@@ -1,4 +1,4 @@
-"""MpiComm on real MPI ranks: ``mpiexec -n K python tests/test_comm_mpi.py`` under a timeout.
+"""MpiComm on real MPI ranks: ``mpiexec -n K python tests/comm/test_comm_mpi.py`` under a timeout.
 
 Run as a script, this file is the SPMD program: every rank runs each check and rank 0
 prints one JSON line {check: "ok" | error}. Run under pytest, it launches that program.

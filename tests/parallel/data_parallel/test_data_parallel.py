@@ -12,7 +12,6 @@ import pytest
 
 from coursekit import costmodel
 from coursekit.collectives import ALGORITHMS
-from coursekit.data import load_digits
 from coursekit.nn import MLP, SGD, train
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
@@ -26,8 +25,8 @@ TOL = dict(rtol=1e-10, atol=1e-12)
 
 
 @pytest.fixture(scope="module")
-def digits():
-    d = load_digits(dtype=np.float64)
+def digits(digits_f64):
+    d = digits_f64
     return d.X_train[:301], d.y_train[:301], d.X_test, d.y_test
 
 

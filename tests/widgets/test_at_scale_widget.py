@@ -32,6 +32,7 @@ def test_default_panel_matches_the_pure_functions():
     assert panel.plot.value[:8] == PNG
 
 
+@pytest.mark.slow  # five 2048-GPU simulations, each drawn and checked
 def test_controls_change_the_result_consistently():
     panel = AtScalePanel()
     before_plot = panel.plot.value

@@ -217,17 +217,9 @@ def fresh_comm(c):
 
 
 @pytest.fixture
-def two_engines():
-    clusters = []
-
-    def start():
-        c = cluster.start(n=2)
-        clusters.append(c)
-        return c
-
-    yield start
-    for c in clusters:
-        c.stop()
+def two_engines(start_cluster):
+    """Start a 2-engine cluster of the test's own (it kills or stops it)."""
+    return lambda: start_cluster(n=2)
 
 
 @pytest.mark.cluster

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from coursekit.nn.warmup import NOTICE, WarmUp
 
 PROBE = "from coursekit.nn.warmup import warm_up; r = warm_up(); print(r.compiled); print(r)"
@@ -16,6 +18,7 @@ def run_probe(cache_dir) -> list[str]:
     return done.stdout.strip().splitlines()
 
 
+@pytest.mark.slow  # compiles every Numba kernel from an empty cache, in a subprocess
 def test_first_run_compiles_after_the_notice_and_the_second_loads_from_the_cache(tmp_path):
     first = run_probe(tmp_path)
     assert first[0] == NOTICE  # printed before the wait, not after

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 
-from coursekit.data import load_digits
 from coursekit.nn import MLP, reference, train
 from coursekit.nn import mixed_precision_demos as demos
 from coursekit.nn.mixed_precision import LossScaler, MixedPrecision, train_mixed
@@ -14,8 +13,23 @@ from coursekit.nn.precision import FORMATS, get_format, round_to
 
 
 @pytest.fixture(scope="module")
-def digits():
-    return load_digits()
+def digits(digits_f32):
+    return digits_f32
+
+
+@pytest.fixture(scope="module")
+def compared(digits):
+    """demos.compare_formats(seed, **kw) on the digits, each run once for the module (the
+    runs are deterministic: the tests that need the same run share it)."""
+    runs = {}
+
+    def compare(seed, **kw):
+        key = (seed, tuple(sorted(kw.items())))
+        if key not in runs:
+            runs[key] = demos.compare_formats(seed, data=digits, **kw)
+        return runs[key]
+
+    return compare
 
 
 # -- formats ---------------------------------------------------------------------------------
@@ -229,25 +243,27 @@ def test_underflow_fp16_loses_small_gradients_scaling_recovers_bf16_keeps_them(d
     assert r.grad_error[bf16] > 2 * r.grad_error[scaled]
 
 
+@pytest.mark.slow  # 10 epochs of training in 4 number formats per seed
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_fp16_scaled_and_bf16_train_as_well_as_fp32(digits, seed):
+def test_fp16_scaled_and_bf16_train_as_well_as_fp32(compared, seed):
     """Measured with seeds 0-7 (10 epochs): fp32 96.4-97.6 %; fp16 + scaling within
     0.67 points of it, bf16 and unscaled fp16 within 0.22; 1.5 points leaves room for
     another BLAS's rounding order."""
-    r = demos.compare_formats(seed, data=digits)
+    r = compared(seed)
     fp32 = r.test_accuracy[0]
     assert fp32 > 0.95
     assert np.all(np.abs(r.test_accuracy - fp32) <= 0.015), dict(zip(r.labels, r.test_accuracy))
     assert r.histories[1].scales[-1] > 2.0**16  # the scaler grew (every 100 good steps)
 
 
+@pytest.mark.slow  # as above, and again with the tiny loss weight
 @pytest.mark.parametrize("seed", [0, 1])
-def test_tiny_loss_weight_stalls_fp16_without_scaling_only(digits, seed):
+def test_tiny_loss_weight_stalls_fp16_without_scaling_only(compared, seed):
     """loss_weight 2^-22 with lr * 2^22: fp32 trains bit for bit as with weight 1; unscaled
     fp16 reaches 32-48 % instead of ~97 % (seeds 0-7), with loss scaling within 0.22 points."""
     weight = 2.0**-22
-    base = demos.compare_formats(seed, data=digits)
-    r = demos.compare_formats(seed, loss_weight=weight, data=digits)
+    base = compared(seed)  # the run test_fp16_scaled_and_bf16_train_as_well_as_fp32 checks
+    r = compared(seed, loss_weight=weight)
     np.testing.assert_array_equal(r.histories[0].history.step_loss / weight,
                                   base.histories[0].history.step_loss)
     fp32, scaled, _, unscaled = r.test_accuracy

@@ -69,6 +69,7 @@ def test_error_feedback_is_on_by_default_for_biased_compressors_only():
                         "powersgd": True, "randomk": False, "uniform": True}
 
 
+@pytest.mark.slow  # two 10-epoch trainings of 4 workers, each drawn
 def test_qsgd_with_error_feedback_diverges_with_one_readable_error():
     panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=4, epochs=10, runner=THREADS)
     panel.compressor.value = "qsgd"

@@ -56,6 +56,7 @@ def test_tight_numpy_step_returns_the_loss_and_detects_a_wrong_step():
         TightNumpyStep(mlp.params.copy(), mlp.sizes, "identity", 5, lr=0.5)
 
 
+@pytest.mark.slow  # imports PyTorch
 def test_pytorch_contestant_takes_the_same_step():
     torch = pytest.importorskip("torch")
     mlp = MLP([6, 8, 3], "tanh", seed=0)

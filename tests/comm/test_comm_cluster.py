@@ -6,25 +6,22 @@ import pytest
 from coursekit.comm import call_with_comm, engine_comm, engine_trace, setup_comm, teardown_comm
 from coursekit.comm.examples import ring_exchange
 
-pytestmark = pytest.mark.cluster
 
-
-def test_zmq_ring_between_three_engines():
-    from coursekit import cluster
-    with cluster.start(n=3) as c:
-        assert setup_comm(c, timeout=10, trace=True) == "zmq"
-        got = c.run(call_with_comm, ring_exchange, 6, timeout=30)
-        for r, y in enumerate(got):
-            np.testing.assert_array_equal(y, np.arange(6) + 100 * ((r - 1) % 3))
-        traces = c.run(engine_trace, True, timeout=30)
-        assert [(m.op, m.src, m.dst, m.nbytes) for m in traces[1]] == [
-            ("send", 1, 2, 48), ("recv", 0, 1, 48)]
-        assert c.run(engine_trace, timeout=30) == [[], [], []]  # cleared
-        with pytest.raises(ValueError, match="needs engines launched with MPI"):
-            setup_comm(c, backend="mpi")
-        teardown_comm(c)
-        with pytest.raises(Exception, match="no Comm on this engine"):
-            c.run(engine_comm, timeout=30)
+def test_zmq_ring_between_three_engines(cluster3):
+    c = cluster3  # the run's shared 3-engine cluster: the comm is torn down at the end
+    assert setup_comm(c, timeout=10, trace=True) == "zmq"
+    got = c.run(call_with_comm, ring_exchange, 6, timeout=30)
+    for r, y in enumerate(got):
+        np.testing.assert_array_equal(y, np.arange(6) + 100 * ((r - 1) % 3))
+    traces = c.run(engine_trace, True, timeout=30)
+    assert [(m.op, m.src, m.dst, m.nbytes) for m in traces[1]] == [
+        ("send", 1, 2, 48), ("recv", 0, 1, 48)]
+    assert c.run(engine_trace, timeout=30) == [[], [], []]  # cleared
+    with pytest.raises(ValueError, match="needs engines launched with MPI"):
+        setup_comm(c, backend="mpi")
+    teardown_comm(c)
+    with pytest.raises(Exception, match="no Comm on this engine"):
+        c.run(engine_comm, timeout=30)
 
 
 def test_bad_backend_name():
@@ -32,6 +29,7 @@ def test_bad_backend_name():
         setup_comm(object(), backend="tcp")
 
 
+@pytest.mark.cluster
 @pytest.mark.mpi
 def test_auto_picks_mpi_on_mpi_engines():
     pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install '.[mpi]')")

@@ -78,17 +78,16 @@ def test_mismatched_shapes_raise_on_every_rank():
         run_local(fn, 4, timeout=5)
 
 
-def test_on_engines_grouped_by_fake_nodes():
+def test_on_engines_grouped_by_fake_nodes(cluster4):
     """Real engines (ZMQ between processes), two pretend nodes of two engines each. The
     engines cannot import this test module, so library functions run there directly."""
-    from coursekit import cluster
     from coursekit.comm import call_with_comm, setup_comm
 
     x = np.arange(10, dtype=np.int64)
-    with cluster.start(4) as c:
-        setup_comm(c)
-        hier = c.run(call_with_comm, hierarchical_allreduce, x, nodes=["n0", "n0", "n1", "n1"])
-        flat = c.run(call_with_comm, allreduce, x)
+    c = cluster4  # the run's shared 4-engine cluster
+    setup_comm(c)
+    hier = c.run(call_with_comm, hierarchical_allreduce, x, nodes=["n0", "n0", "n1", "n1"])
+    flat = c.run(call_with_comm, allreduce, x)
     for h, f in zip(hier, flat):
         np.testing.assert_array_equal(h, f)
         np.testing.assert_array_equal(h, 4 * x)

@@ -6,7 +6,7 @@ fails naming every file. A SIGKILL in the middle of a save never leaves a damage
 a checkpoint's name, and a resumed training run still ends bit for bit where an
 uninterrupted one does.
 
-Run as a script (``python tests/test_checkpoint_integrity.py DIR START``), this file is
+Run as a script (``python tests/parallel/test_checkpoint_integrity.py DIR START``), this file is
 the writer that the SIGKILL test kills: it saves ever newer large checkpoints into DIR.
 """
 
@@ -304,6 +304,7 @@ def _run_until_killed(directory: Path, start: int, wait_for_write: bool, delay: 
     return _fresh_tmp(directory, launched)
 
 
+@pytest.mark.slow  # five processes killed by SIGKILL at timed moments of their saves
 def test_sigkill_in_the_middle_of_saves_never_loads_a_wrong_state(tmp_path):
     rng = np.random.default_rng(17)
     base = _base()
