@@ -3,7 +3,6 @@
 import pytest
 from ipyparallel import interactive  # engines get these test functions by value
 
-from coursekit import cluster
 from coursekit.comm import setup_comm
 from coursekit.runner import ClusterRunner, LocalRunner, RankFailure, as_runner
 
@@ -108,14 +107,12 @@ def sleeps(comm, seconds):
     return comm.rank
 
 
-@pytest.fixture(scope="module")
-def engines():
-    with cluster.start(n=3) as c:
-        setup_comm(c, timeout=2)
-        yield ClusterRunner(c, timeout=60)
+@pytest.fixture
+def engines(cluster3):
+    setup_comm(cluster3, timeout=2)
+    return ClusterRunner(cluster3, timeout=60)
 
 
-@pytest.mark.cluster
 def test_cluster_runner_gives_the_first_k_engines_a_comm_of_k_ranks(engines):
     assert engines.size == 3
     assert engines.run(shape, "e") == [(r, 3, "e") for r in range(3)]
@@ -125,7 +122,6 @@ def test_cluster_runner_gives_the_first_k_engines_a_comm_of_k_ranks(engines):
     assert [d["loss"] for d in seen[-1]] == [[r + s for s in range(1, 5)] for r in range(3)]
 
 
-@pytest.mark.cluster
 def test_a_failure_on_an_engine_is_the_same_rank_failure_as_in_this_process(engines):
     with pytest.raises(RankFailure) as failure:
         engines.run(fails_on, 2)
@@ -135,20 +131,22 @@ def test_a_failure_on_an_engine_is_the_same_rank_failure_as_in_this_process(engi
     engines.reset_comms()
 
 
-@pytest.mark.cluster
-def test_a_run_timeout_stops_the_busy_ranks(engines):
+def test_a_run_timeout_stops_the_busy_ranks(start_cluster):
+    c = start_cluster(n=3)  # its engines get interrupted: not a shared cluster
+    setup_comm(c, timeout=2)
+    engines = ClusterRunner(c, timeout=60)
     with pytest.raises(TimeoutError, match="did not finish within 0.5 s"):
         engines.run(sleeps, 30, ranks=2, timeout=0.5)
     assert engines.run(shape, "after", timeout=20)[0] == (0, 3, "after")  # interrupted: free
 
 
-@pytest.mark.cluster
-def test_a_rank_allowed_to_die_yields_none_and_one_not_allowed_fails_the_run():
-    with cluster.start(n=3) as c:
+def test_a_rank_allowed_to_die_yields_none_and_one_not_allowed_fails_the_run(start_cluster):
+    for n, may_die in ((3, [1]), (2, [])):
+        c = start_cluster(n=n)
         setup_comm(c, timeout=2)
         runner = ClusterRunner(c, timeout=60)
-        assert runner.run(kill_self, ranks=2, may_die=[1]) == [0, None]
-    with cluster.start(n=2) as c:
-        setup_comm(c, timeout=2)
-        with pytest.raises(RankFailure, match="rank 1: EngineError: its engine process died"):
-            ClusterRunner(c, timeout=60).run(kill_self)
+        if may_die:
+            assert runner.run(kill_self, ranks=2, may_die=may_die) == [0, None]
+        else:
+            with pytest.raises(RankFailure, match="rank 1: EngineError: its engine process died"):
+                runner.run(kill_self)
