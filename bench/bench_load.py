@@ -410,7 +410,7 @@ def section_ranks(args) -> list[dict]:
 # ---- section 4: a long asynchronous parameter-server run ---------------------------------------
 def ps_rank(comm, cfg, data):
     """Rank body: one rank of ``train_ps``, plus how long its trace got."""
-    from coursekit.parallel.async_sgd import train_ps
+    from coursekit.parallel.param_server import train_ps
     report = train_ps(comm, cfg, data)
     trace = comm.trace
     return report, len(trace), getattr(trace, "dropped", 0) if comm.tracing else 0
@@ -418,7 +418,7 @@ def ps_rank(comm, cfg, data):
 
 def section_async(args) -> dict:
     from coursekit.data import load_digits
-    from coursekit.parallel.async_sgd import PSConfig, collect, train
+    from coursekit.parallel.param_server.async_sgd import PSConfig, collect, train
     from coursekit.runner import LocalRunner
 
     duration = 15.0 if args.quick else args.async_seconds

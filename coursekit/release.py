@@ -14,7 +14,7 @@ marker, no solution block's code appears anywhere, and nothing from ``solutions/
 ``tests/`` or a notebook source (``src/``) was copied. The library ships whole: it is
 the lecture material, and the checks in ``coursekit/grading`` compare the student's
 function with the library's own reference functions (e.g. ``nn.reference.layer_backward``,
-``parallel.ps_consistency.ssp_gate``), which a student could call instead of writing
+``parallel.param_server.consistency.ssp_gate``), which a student could call instead of writing
 the exercise; grading counts checks, it cannot tell.
 
 Usage::

@@ -32,14 +32,14 @@ from coursekit.data import load_digits, make_classification, make_regression, mi
 from coursekit.nn import LARS, MLP, SGD, Momentum, gradcheck, train
 from coursekit.nn.flops import mlp_step_flops
 from coursekit.parallel import compression as Z
-from coursekit.parallel.async_sgd import PSConfig
-from coursekit.parallel.buckets import make_buckets
+from coursekit.parallel.param_server import PSConfig
+from coursekit.parallel.data_parallel.buckets import make_buckets
 from coursekit.parallel.compression.experiment import Setup
 from coursekit.parallel.compression.experiment import train as train_compressed
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.parallel.data_parallel import train as train_dp
-from coursekit.parallel.exchange import predict_comm
-from coursekit.parallel.lr_rules import LRSchedule, scaled_lr
+from coursekit.parallel.data_parallel.exchange import predict_comm
+from coursekit.parallel.data_parallel.lr_rules import LRSchedule, scaled_lr
 from coursekit.parallel.pipeline import run_pipeline, schedule, simulate, stage_layers, validate
 from coursekit.parallel.tensor_parallel import TensorParallelMLP
 from coursekit import sim

@@ -17,8 +17,8 @@ from coursekit import cluster
 from coursekit.comm import call_with_comm, reset_comm, run_local, setup_comm
 from coursekit.data import load_digits
 from coursekit.parallel import data_parallel
-from coursekit.parallel.async_sgd import PSConfig, train
-from coursekit.parallel.dp_config import DPConfig
+from coursekit.parallel.param_server import PSConfig, train
+from coursekit.parallel.data_parallel.config import DPConfig
 from coursekit.runner import ClusterRunner
 
 

@@ -40,7 +40,7 @@ def _ask(gate, clock, clocks, s) -> bool:
 
 def _run(gate, **kwargs):
     from coursekit.data import load_digits
-    from coursekit.parallel.async_sgd import PSConfig, train
+    from coursekit.parallel.param_server import PSConfig, train
     from coursekit.runner import LocalRunner
 
     config = PSConfig(n_workers=3, steps=15, dtype="float64", timeout=TIMEOUT, **kwargs)

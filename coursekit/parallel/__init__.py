@@ -1,10 +1,15 @@
 """Parallel training strategies, one module (or package) per parallelism.
 
 * :mod:`coursekit.parallel.data_parallel` - synchronous data-parallel SGD: allreduce, parameter
-  server or averaging (:mod:`.exchange`), LR rules, buckets and overlap, stragglers, checkpoints.
-* :mod:`coursekit.parallel.param_server` / :mod:`coursekit.parallel.async_sgd` - sharded parameter
-  server, BSP / SSP / ASP (Downpour), staleness, worker failure.
+  server or averaging, LR rules, buckets and overlap, stragglers, checkpoints.
+* :mod:`coursekit.parallel.param_server` - sharded parameter server, BSP / SSP / ASP
+  (Downpour), staleness, worker failure.
 * :mod:`coursekit.parallel.compression` - compressor / error-feedback memory / communicator.
 * :mod:`coursekit.parallel.pipeline` - pipeline schedules as data, validator, simulator, executor.
 * :mod:`coursekit.parallel.tensor_parallel` - Megatron column/row-parallel layers, layer split.
+* :mod:`coursekit.parallel.zero` - ZeRO stages 0-3: optimizer state, gradients, parameters
+  partitioned over the data-parallel ranks.
+
+Shared by them: :mod:`.spans` (compute spans of a step), :mod:`.faults` (which faults a
+shared cluster allows), :mod:`.checkpoint_files` (checkpoints that prove they are whole).
 """

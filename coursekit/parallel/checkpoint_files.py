@@ -1,8 +1,9 @@
 """Checkpoint files that prove they are whole: a checksum inside, a durable write, a checked read.
 
 A checkpoint is a set of files, one per *part* (a rank, a shard) for one *key* (a step, a
-version), named by a :class:`Series`. Both writers, :mod:`.checkpoint` (synchronous
-training) and :mod:`.ps_checkpoint` (parameter server), get the same guarantees from here:
+version), named by a :class:`Series`. Both writers, :mod:`.data_parallel.checkpoint`
+(synchronous training) and :mod:`.param_server.checkpoint` (parameter server), get the same
+guarantees from here:
 
 * **Checksum.** :func:`write` stores the arrays and the metadata (as JSON text) in an
   ordinary ``.npz`` whose last 64 bytes, the zip archive's comment, are the SHA-256 (hex)

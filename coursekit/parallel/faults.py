@@ -7,7 +7,7 @@ The engine process lives on. That matters on a cluster a notebook attached to (a
 instructor's, shared by a class): killing one of its engines takes it from everybody, and
 on MPI engines one dead rank ends the whole MPI job.
 
-``crash_kills=True`` (in :class:`~coursekit.parallel.ps_config.PSConfig`; a data-parallel
+``crash_kills=True`` (in :class:`~coursekit.parallel.param_server.config.PSConfig`; a data-parallel
 crash always ends its process) kills the engine process for real, which only a cluster
 the notebook started itself may suffer: :func:`check_may_kill` refuses it on any other.
 """

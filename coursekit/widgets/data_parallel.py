@@ -1,9 +1,9 @@
 """Chapter 3: plots of the data-parallel experiments and one control panel.
 
-The plot functions draw results of :mod:`coursekit.parallel.data_parallel` and
-:mod:`coursekit.parallel.dp_experiments`; each returns its Figure (a pyplot figure, or
+The plot functions draw results of :mod:`coursekit.parallel.data_parallel.sync_sgd` and
+:mod:`coursekit.parallel.data_parallel.experiments`; each returns its Figure (a pyplot figure, or
 draws into ``fig`` when given one). :class:`DataParallelPanel` is thin: Run reads the
-controls into a :class:`~coursekit.parallel.dp_config.DPConfig`, calls
+controls into a :class:`~coursekit.parallel.data_parallel.config.DPConfig`, calls
 :func:`~coursekit.parallel.data_parallel.train` on the panel's runner (its cluster's
 engines, or a ``runner=LocalRunner(n)``) with ``on_update=``, moves the progress bar and
 redraws the loss so far and the latest step's per-rank timeline while the engines train
@@ -22,9 +22,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from coursekit.collectives import ALGORITHMS
-from coursekit.parallel.dp_config import EXCHANGES, DPConfig
+from coursekit.parallel.data_parallel.config import EXCHANGES, DPConfig
 from coursekit.parallel.data_parallel import train
-from coursekit.parallel.lr_rules import RULES
+from coursekit.parallel.data_parallel.lr_rules import RULES
 from coursekit.viz import byte_label, color, legend_outside, plot_timeline, readable_log_ticks, series_color
 from coursekit.widgets.panel import LiveRepr, Panel, png, run_target, size_limit
 

@@ -1,7 +1,7 @@
 """Chapter 4 panel: train on the parameter server with the consistency model the controls pick.
 
-Thin by design: Run builds a :class:`~coursekit.parallel.ps_config.PSConfig` from the
-controls, runs it with :func:`~coursekit.parallel.async_sgd.train` on the panel's runner (its
+Thin by design: Run builds a :class:`~coursekit.parallel.param_server.config.PSConfig` from the
+controls, runs it with :func:`~coursekit.parallel.param_server.train` on the panel's runner (its
 cluster's engines, or a ``runner=LocalRunner(n)``) and follows the workers' live progress
 (:mod:`coursekit.live`): the accuracy curves grow while
 the run goes. At the end it draws accuracy against wall-clock time and against gradients
@@ -19,8 +19,8 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from coursekit.parallel.async_sgd import train
-from coursekit.parallel.ps_config import PSConfig
+from coursekit.parallel.param_server import train
+from coursekit.parallel.param_server.config import PSConfig
 from coursekit.viz import color, integer_ticks, legend_outside, plot_timeline
 from coursekit.widgets.panel import Panel, hide_when_empty, png, run_target, size_limit
 

@@ -178,7 +178,7 @@ def ring_step_times(sizes):
 
 
 def reduction_cost():
-    from coursekit.parallel.dp_experiments import measure_gamma
+    from coursekit.parallel.data_parallel.experiments import measure_gamma
     return measure_gamma()
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from coursekit import cluster, costmodel
 from coursekit.comm import setup_comm
 from coursekit.data import load_digits
-from coursekit.parallel import dp_experiments as ex
+from coursekit.parallel.data_parallel import experiments as ex
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.runner import ClusterRunner, LocalRunner

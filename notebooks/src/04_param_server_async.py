@@ -32,7 +32,7 @@ import numpy as np
 from coursekit import cluster
 from coursekit.comm import setup_comm
 from coursekit.data import load_digits
-from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.parallel.param_server import PSConfig, train
 from coursekit.runner import ClusterRunner, LocalRunner
 from coursekit.viz import integer_ticks, show
 
@@ -181,7 +181,7 @@ print(crashed.summary())
 # workers carry on from the clocks the server recorded.
 
 # %%
-from coursekit.parallel.ps_checkpoint import latest_version
+from coursekit.parallel.param_server.checkpoint import latest_version
 
 saved = latest_version(ckpt, 1)
 restart = train(LocalRunner(4), PSConfig(model="asp", n_workers=3, steps=150, resume=True,

@@ -52,7 +52,7 @@ check_ssp_gate(ssp_gate)
 
 # %%
 from coursekit.data import load_digits
-from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.parallel.param_server import PSConfig, train
 from coursekit.runner import LocalRunner
 
 digits = load_digits()

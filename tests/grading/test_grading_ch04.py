@@ -3,7 +3,7 @@
 import numpy as np
 
 from coursekit.grading.ch04 import check_ssp_gate
-from coursekit.parallel.ps_consistency import ssp_gate
+from coursekit.parallel.param_server.consistency import ssp_gate
 
 
 def test_the_reference_gate_passes():

@@ -28,8 +28,11 @@ import numpy as np
 import pytest
 
 from coursekit.data import load_digits
-from coursekit.parallel import async_sgd, checkpoint, data_parallel, ps_checkpoint
-from coursekit.parallel.async_sgd import PSConfig
+from coursekit.parallel import data_parallel
+from coursekit.parallel.param_server import async_sgd
+from coursekit.parallel.data_parallel import checkpoint
+from coursekit.parallel.param_server import checkpoint as ps_checkpoint
+from coursekit.parallel.param_server import PSConfig
 from coursekit.parallel.checkpoint_files import (CheckpointFallbackWarning, CorruptCheckpoint,
                                                  Series, read, write)
 from coursekit.parallel.data_parallel import DPConfig

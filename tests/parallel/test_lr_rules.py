@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from coursekit.parallel.lr_rules import RULES, LRSchedule, scaled_lr
+from coursekit.parallel.data_parallel.lr_rules import RULES, LRSchedule, scaled_lr
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 9])

@@ -9,9 +9,9 @@ import pytest
 matplotlib.use("Agg")
 
 from coursekit.data import load_digits  # noqa: E402
-from coursekit.parallel import dp_experiments as ex  # noqa: E402
+from coursekit.parallel.data_parallel import experiments as ex  # noqa: E402
 from coursekit.parallel.data_parallel import DPConfig  # noqa: E402
-from coursekit.parallel.dp_results import StepBreakdown  # noqa: E402
+from coursekit.parallel.data_parallel.results import StepBreakdown  # noqa: E402
 from coursekit.parallel.data_parallel import train  # noqa: E402
 from coursekit.runner import LocalRunner  # noqa: E402
 from coursekit.widgets import data_parallel as w  # noqa: E402

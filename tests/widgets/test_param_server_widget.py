@@ -4,7 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from coursekit.parallel.async_sgd import PSConfig, train  # noqa: E402
+from coursekit.parallel.param_server import PSConfig, train  # noqa: E402
 from coursekit.runner import LocalRunner  # noqa: E402
 from coursekit.viz import figure_problems  # noqa: E402
 from coursekit.widgets.param_server import (ParamServerPanel, plot_live, plot_runs,  # noqa: E402

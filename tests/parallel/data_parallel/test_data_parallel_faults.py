@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from coursekit.parallel import checkpoint
-from coursekit.parallel.buckets import make_buckets, ready_after_layer
+from coursekit.parallel.data_parallel import checkpoint
+from coursekit.parallel.data_parallel.buckets import make_buckets, ready_after_layer
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig, WorkerCrashed
 from coursekit.runner import LocalRunner, RankFailure

@@ -12,9 +12,9 @@ import pytest
 from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
 from coursekit.nn.optim import make_optimizer
-from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.parallel.param_server import PSConfig, train
 from coursekit.runner import LocalRunner
-from coursekit.parallel.ps_worker import batch_rows
+from coursekit.parallel.param_server.worker import batch_rows
 
 DATA = load_digits(dtype=np.float64)
 THREADS = LocalRunner(8)  # every run takes the ranks its config needs

@@ -6,13 +6,13 @@ import pytest
 from coursekit.comm import run_local
 from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
-from coursekit.parallel import ps_checkpoint
+from coursekit.parallel.param_server import checkpoint as ps_checkpoint
 from coursekit.parallel.checkpoint_files import CheckpointFallbackWarning
-from coursekit.parallel.async_sgd import PSConfig, collect, train, train_ps
+from coursekit.parallel.param_server.async_sgd import PSConfig, collect, train, train_ps
 from coursekit.runner import LocalRunner, RankFailure
-from coursekit.parallel.ps_protocol import (DONE, HELLO, PULL, PUSH, recv_reply, send_request,
+from coursekit.parallel.param_server.protocol import (DONE, HELLO, PULL, PUSH, recv_reply, send_request,
                                             shard_ranges)
-from coursekit.parallel.ps_worker import batch_rows
+from coursekit.parallel.param_server.worker import batch_rows
 
 DATA = load_digits()
 THREADS = LocalRunner(8)  # every run takes the ranks its config needs

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from coursekit.comm import setup_comm
-from coursekit.parallel.async_sgd import PSConfig, train
+from coursekit.parallel.param_server import PSConfig, train
 from coursekit.runner import ClusterRunner
 
 pytestmark = pytest.mark.cluster

@@ -10,8 +10,8 @@ import numpy as np
 from coursekit import checks
 from coursekit.nn import layout
 from coursekit.nn.mlp import check_dtype
-from coursekit.parallel.ps_consistency import MODELS
-from coursekit.parallel.ps_protocol import shard_ranges
+from coursekit.parallel.param_server.consistency import MODELS
+from coursekit.parallel.param_server.protocol import shard_ranges
 
 _SECONDS = " (seconds)"
 

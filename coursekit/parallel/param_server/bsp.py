@@ -15,10 +15,10 @@ everyone waits for the slowest worker at every step, and when one worker dies th
 from __future__ import annotations
 
 from coursekit.comm import CommTimeout
-from coursekit.parallel.param_server import ShardServer
-from coursekit.parallel.ps_protocol import FINISHED, OK, TAG_GRAD
-from coursekit.parallel.ps_results import ServerReport, WorkerReport
-from coursekit.parallel.ps_worker import Crashed, Worker
+from coursekit.parallel.param_server.server import ShardServer
+from coursekit.parallel.param_server.protocol import FINISHED, OK, TAG_GRAD
+from coursekit.parallel.param_server.results import ServerReport, WorkerReport
+from coursekit.parallel.param_server.worker import Crashed, Worker
 
 
 def bsp_serve(server: ShardServer) -> ServerReport:

@@ -10,10 +10,10 @@ The SSP / ASP worker at step t (``sync`` = SSP or a warm-up step):
   push that every ``n_push`` steps (and at the end).
 
 :func:`train_ps` is the SPMD entry every rank calls with its Comm (shards on ranks 0..S-1,
-workers on S..S+W-1; BSP runs the lockstep loops of :mod:`.ps_bsp`). :func:`train` runs it
+workers on S..S+W-1; BSP runs the lockstep loops of :mod:`.bsp`). :func:`train` runs it
 on a runner (ThreadComm ranks or a live cluster's engines, :mod:`coursekit.runner`),
 streams the workers' progress to ``on_update`` (:mod:`coursekit.live`) and returns a
-:class:`~coursekit.parallel.ps_results.PSResult`.
+:class:`~coursekit.parallel.param_server.results.PSResult`.
 
     >>> from coursekit.runner import LocalRunner
     >>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, n_workers=3, steps=40))
@@ -28,13 +28,13 @@ import numpy as np
 from coursekit import checks
 from coursekit.comm.trace import now
 from coursekit.parallel.faults import check_may_kill
-from coursekit.parallel.param_server import ShardServer, serve
-from coursekit.parallel.ps_bsp import bsp_serve, bsp_work
-from coursekit.parallel.ps_config import PSConfig
-from coursekit.parallel.ps_consistency import combined_push, ssp_gate
-from coursekit.parallel.ps_protocol import EVICTED, HELLO
-from coursekit.parallel.ps_results import PSResult, WorkerReport
-from coursekit.parallel.ps_worker import Crashed, Worker
+from coursekit.parallel.param_server.server import ShardServer, serve
+from coursekit.parallel.param_server.bsp import bsp_serve, bsp_work
+from coursekit.parallel.param_server.config import PSConfig
+from coursekit.parallel.param_server.consistency import combined_push, ssp_gate
+from coursekit.parallel.param_server.protocol import EVICTED, HELLO
+from coursekit.parallel.param_server.results import PSResult, WorkerReport
+from coursekit.parallel.param_server.worker import Crashed, Worker
 from coursekit.runner import Runner
 
 __all__ = ["PSConfig", "PSResult", "async_work", "collect", "train", "train_ps"]

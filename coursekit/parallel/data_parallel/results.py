@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dp_config import DPConfig
+from .config import DPConfig
 
 __all__ = ["DPResult", "RankResult", "StepBreakdown", "combine"]
 

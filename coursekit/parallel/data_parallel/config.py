@@ -27,7 +27,7 @@ steps on its own gradient and the parameters are averaged every ``average_every`
 
 @dataclass(frozen=True)
 class DPConfig:
-    """Synchronous data-parallel SGD on an MLP (see :mod:`coursekit.parallel.data_parallel`).
+    """Synchronous data-parallel SGD on an MLP (see :mod:`coursekit.parallel.data_parallel.sync_sgd`).
 
     Model: ``sizes``, ``activation``, ``loss``, ``dtype``; initial weights from ``seed``.
     Data: ``batch_size`` is the GLOBAL batch B = n * N, split over the N workers; the rows

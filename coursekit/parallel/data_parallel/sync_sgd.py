@@ -39,12 +39,12 @@ from coursekit.parallel.faults import check_may_kill
 from coursekit.runner import Runner
 
 from . import checkpoint
-from .dp_config import DPConfig
-from .dp_results import DPResult, RankResult, combine
+from .config import DPConfig
+from .results import DPResult, RankResult, combine
 from .exchange import Exchange, check_gradient_sum
 from .lr_rules import LRSchedule
 from .sampler import Sampler
-from .spans import COMPUTE_KINDS, SpanRecorder, step_totals
+from ..spans import COMPUTE_KINDS, SpanRecorder, step_totals
 
 __all__ = ["DPConfig", "DPResult", "RankResult", "WorkerCrashed", "train", "train_worker"]
 

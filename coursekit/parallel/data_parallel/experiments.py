@@ -31,7 +31,7 @@ __all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid
 
 def _trainer(runner, data, eval_data):
     """``run(config, n)``: :func:`~.data_parallel.train` on the first n ranks of ``runner``."""
-    from .data_parallel import train
+    from .sync_sgd import train
     return lambda config, n: train(runner, config, data, eval_data, workers=n)
 
 

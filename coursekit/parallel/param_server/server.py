@@ -1,16 +1,16 @@
-"""A sharded parameter server for SSP and ASP training (BSP's lockstep loop is in ``ps_bsp``).
+"""A sharded parameter server for SSP and ASP training (BSP's lockstep loop is in ``bsp``).
 
 Shard ``k`` (rank k) holds the range ``[lo, hi)`` of the flat weights, an optimizer on that
 range (SGD: ``w <- w - lr g``; momentum: ``v <- mu v + g, w <- w - lr v``), a **version**
 (updates applied) and every worker's **clock** (iterations pushed). It serves requests from
-any worker (any-source receive, protocol in :mod:`.ps_protocol`) until every worker is done
+any worker (any-source receive, protocol in :mod:`.protocol`) until every worker is done
 or lost:
 
 * PUSH of iteration k under SSP (and during the warm-up): kept until every live worker
   has pushed iteration k, then the gradients are averaged in worker order and applied
   once (``version`` becomes k + 1). Under ASP: applied at once.
 * PULL before iteration c: answered when the consistency gate allows it
-  (``c - min_clock <= s``, see :mod:`.ps_consistency`), at once under ASP.
+  (``c - min_clock <= s``, see :mod:`.consistency`), at once under ASP.
 * A gradient of the wrong size or dtype is rejected: logged in ``errors``, the worker's
   clock still advances (its iteration counts without it) and the others are served on.
 * A worker that owes the shard a message and stays silent for ``worker_timeout`` seconds
@@ -29,11 +29,11 @@ import numpy as np
 
 from coursekit.comm.trace import now
 from coursekit.nn.optim import make_optimizer
-from coursekit.parallel import ps_checkpoint
-from coursekit.parallel.ps_consistency import combine, combined_push, pull_bound, ssp_gate
-from coursekit.parallel.ps_protocol import (EVICTED, HELLO, OK, OP_NAMES, PULL, PUSH,
+from . import checkpoint as ps_checkpoint
+from coursekit.parallel.param_server.consistency import combine, combined_push, pull_bound, ssp_gate
+from coursekit.parallel.param_server.protocol import (EVICTED, HELLO, OK, OP_NAMES, PULL, PUSH,
                                             TAG_GRAD, decode_request, recv_request, send_reply)
-from coursekit.parallel.ps_results import ServerReport
+from coursekit.parallel.param_server.results import ServerReport
 
 log = logging.getLogger(__name__)
 

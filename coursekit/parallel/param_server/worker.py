@@ -1,6 +1,6 @@
 """A parameter-server worker's building blocks: data, compute, pull / push, timing, snapshots.
 
-The loops that use them are in :mod:`.async_sgd` (SSP, ASP) and :mod:`.ps_bsp` (BSP).
+The loops that use them are in :mod:`.async_sgd` (SSP, ASP) and :mod:`.bsp` (BSP).
 Worker ``i`` trains on its shard of the training rows (``coursekit.data.shard``); its
 mini-batch at step t is drawn from ``np.random.default_rng([seed, i, t])``, so a given
 (worker, step) always sees the same rows: a restarted run repeats no batch and skips none,
@@ -20,8 +20,8 @@ from coursekit.comm import ThreadComm
 from coursekit.comm.trace import now
 from coursekit.data import shard
 from coursekit.nn import MLP
-from coursekit.parallel.ps_protocol import DONE, PULL, PUSH, recv_reply, send_request
-from coursekit.parallel.ps_results import WorkerReport
+from coursekit.parallel.param_server.protocol import DONE, PULL, PUSH, recv_reply, send_request
+from coursekit.parallel.param_server.results import WorkerReport
 
 
 def batch_rows(seed: int, worker: int, step: int, n_rows: int, batch_size: int) -> np.ndarray:

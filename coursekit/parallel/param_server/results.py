@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from coursekit.parallel.ps_config import PSConfig
+from coursekit.parallel.param_server.config import PSConfig
 
 
 @dataclass

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint_files import Series
+from ..checkpoint_files import Series
 
 __all__ = ["Checkpoint", "latest_step", "load", "save"]
 

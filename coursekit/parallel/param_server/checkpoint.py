@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint_files import Series
+from ..checkpoint_files import Series
 
 
 def _series(directory, n_shards: int) -> Series:

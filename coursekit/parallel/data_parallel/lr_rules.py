@@ -17,7 +17,7 @@ linear_warmup     eta * (1 + (N - 1) * t / T_w)  for t < T_w, then eta * N
 ================  ==========================================================================
 
 ``N`` here is the scale of the batch relative to the one ``base_lr`` was tuned for; in
-:mod:`coursekit.parallel.data_parallel` it is the number of workers.
+:mod:`coursekit.parallel.data_parallel.sync_sgd` it is the number of workers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,24 @@
+"""Synchronous data-parallel SGD: every worker holds the whole model and a slice of each batch.
+
+>>> from coursekit.runner import LocalRunner
+>>> from coursekit.data import load_digits
+>>> d = load_digits()
+>>> r = train(LocalRunner(2), DPConfig(sizes=(64, 16, 10), epochs=1), (d.X_train, d.y_train))
+>>> r.n_workers
+2
+
+* :mod:`.sync_sgd` - the worker's step (:func:`train_worker`) and :func:`train` on a runner;
+* :mod:`.config` / :mod:`.results` - :class:`DPConfig` in, :class:`DPResult` out;
+* :mod:`.exchange` - allreduce, parameter server or averaging, and their cost formulas;
+  :mod:`.buckets` - gradient buckets overlapped with the backward pass;
+* :mod:`.sampler` - each worker's rows of the global batch; :mod:`.lr_rules` - the
+  learning-rate rules for a batch that grows with the workers;
+* :mod:`.checkpoint` - every k steps, resume bit for bit;
+* :mod:`.experiments` - chapter 3's sweeps (exchange, LR rules, stragglers, scaling).
+"""
+
+from .config import DPConfig
+from .results import DPResult, RankResult
+from .sync_sgd import WorkerCrashed, train, train_worker
+
+__all__ = ["DPConfig", "DPResult", "RankResult", "WorkerCrashed", "train", "train_worker"]

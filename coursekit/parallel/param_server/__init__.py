@@ -1,0 +1,19 @@
+"""A sharded parameter server: BSP, SSP and ASP (Downpour) training, staleness, failures.
+
+>>> from coursekit.runner import LocalRunner
+>>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, n_workers=3, steps=40))
+>>> int(r.staleness.max()) <= 2
+True
+
+* :mod:`.async_sgd` - :func:`train_ps` (every rank's part) and :func:`train` on a runner;
+* :mod:`.server` - a shard (SSP / ASP); :mod:`.bsp` - the lockstep loops of BSP;
+* :mod:`.worker` - a worker's pull / compute / push; :mod:`.protocol` - the messages;
+* :mod:`.consistency` - the SSP clock gate; :mod:`.checkpoint` - the shards' checkpoints;
+* :mod:`.config` / :mod:`.results` - :class:`PSConfig` in, :class:`PSResult` out.
+"""
+
+from .async_sgd import train, train_ps
+from .config import PSConfig
+from .results import PSResult
+
+__all__ = ["PSConfig", "PSResult", "train", "train_ps"]
