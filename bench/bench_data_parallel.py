@@ -10,7 +10,7 @@ Starts a local 4-engine cluster (ZmqComm between engines) and measures the link 
 * exchange between engines 0 and 1 (both ``sendrecv`` at once: one ring step; payloads
   from 256 KiB go by single copy, so it is fitted over 256 KiB..4 MiB, the sizes the
   ring sends here: the two transports are two regimes, like MPI's eager and rendezvous);
-* a ring step on all N engines at once (``calibrate.ring_exchange``, same sizes): the
+* a ring step on all N engines at once (``calibrate.ring_swap_times``, same sizes): the
   model gives every rank a core of its own, and 4 engines on a 2-core machine do not
   have one, so this measures the link as the N-rank ring sees it.
 
@@ -40,7 +40,7 @@ def bare_allreduce(comm, nbytes, repeats):
 
 
 def link_times(comm, pattern, sizes):
-    """A calibration of chapter 7 (``pingpong``, ``exchange``, ``ring_exchange``) on this
+    """A calibration of chapter 7 (``pingpong_times``, ``swap_times``, ``ring_swap_times``) on this
     comm's ranks."""
     from coursekit.sim import calibrate
 
@@ -77,13 +77,13 @@ def main(argv=None):
             return costmodel.fit(np.array(at), engines.run(link_times, pattern, at,
                                                            ranks=n_ranks)[0])
 
-        fits = {"ping-pong": fit("pingpong", sizes), "exchange": fit("exchange", big)}
-        rings = {int(n): fit("ring_exchange", big, int(n)) for n in args.workers if n > 1}
+        fits = {"ping-pong": fit("pingpong_times", sizes), "exchange": fit("swap_times", big)}
+        rings = {int(n): fit("ring_swap_times", big, int(n)) for n in args.workers if n > 1}
         gamma = float(np.median(c.run(ex.measure_gamma)))
         train_data = (data.X_train, data.y_train)
         train(engines, cfg, train_data)  # warm-up: Numba kernels loaded on every engine
         link = fits["exchange"]
-        sc = ex.scaling(engines, cfg, train_data, args.workers, link.alpha, link.beta, gamma)
+        sc = ex.weak_scaling(engines, cfg, train_data, args.workers, link.alpha, link.beta, gamma)
         bare = [engines.run(bare_allreduce, nbytes, 10, ranks=int(n))[0] if n > 1 else 0.0
                 for n in sc.workers]
     print(f"model {list(cfg.sizes)}: gradient {nbytes / 2**20:.2f} MiB float32, batch 32 per worker")

@@ -108,9 +108,9 @@ def _is_loopback(url: str) -> bool:
 
 def _link(cluster, a: int, b: int, repeats: int):
     from coursekit.comm import call_with_comm
-    from coursekit.sim.calibrate import SIZES, link_fit, pingpong
+    from coursekit.sim.calibrate import SIZES, link_fit, pingpong_times
 
-    times = cluster.run(call_with_comm, pingpong, SIZES, repeats, a, b)[a]
+    times = cluster.run(call_with_comm, pingpong_times, SIZES, repeats, a, b)[a]
     f = link_fit(SIZES, times)
     return f.alpha, f.beta
 

@@ -1,6 +1,6 @@
 """Measure a link's alpha and beta (ping-pong, exchange, ring step), to feed the models.
 
-:func:`pingpong` runs on every rank of a Comm (engines, MPI ranks, ThreadComm ranks): rank
+:func:`pingpong_times` runs on every rank of a Comm (engines, MPI ranks, ThreadComm ranks): rank
 ``a`` sends n bytes to rank ``b``, which sends them back; one-way time = round trip / 2,
 the median of ``repeats`` (typical, not best-case: what a training step sees). :func:`coursekit.costmodel.fit` turns the times into ``alpha + n beta``.
 """
@@ -14,13 +14,13 @@ import numpy as np
 from coursekit.collectives import reduce
 from coursekit.costmodel import LinkFit, fit
 
-__all__ = ["SIZES", "exchange", "link_fit", "pingpong", "ring_exchange"]
+__all__ = ["SIZES", "link_fit", "pingpong_times", "ring_swap_times", "swap_times"]
 
 SIZES = (8, 1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22)
 _TAG = 7
 
 
-def pingpong(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
+def pingpong_times(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     """One-way seconds per size between ranks ``a`` and ``b`` (on rank a; None elsewhere)."""
     if comm.rank not in (a, b):
         return None
@@ -42,7 +42,7 @@ def pingpong(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     return out if comm.rank == a else None
 
 
-def exchange(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
+def swap_times(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     """Seconds per size for ranks ``a`` and ``b`` swapping n bytes at once (``sendrecv``),
     median of ``repeats``, on rank a (None elsewhere). This is one step of a ring or of
     recursive doubling: both directions busy at once. Between ZmqComm ranks on one host
@@ -63,10 +63,10 @@ def exchange(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     return out if comm.rank == a else None
 
 
-def ring_exchange(comm, sizes=SIZES, repeats: int = 5):
+def ring_swap_times(comm, sizes=SIZES, repeats: int = 5):
     """Seconds per size of one ring step on every rank at once: each rank ``sendrecv``s n
     bytes to its right neighbour and from its left one (median of ``repeats``, the
-    slowest rank's time; on rank 0, None elsewhere). With 2 ranks it is :func:`exchange`.
+    slowest rank's time; on rank 0, None elsewhere). With 2 ranks it is :func:`swap_times`.
 
     The alpha-beta model gives every rank its own core and link. Where p ranks share
     fewer cores (4 engines on a 2-core laptop) a link is slower while all of them are
@@ -89,6 +89,6 @@ def ring_exchange(comm, sizes=SIZES, repeats: int = 5):
 
 
 def link_fit(sizes, one_way) -> LinkFit:
-    """alpha (s) and beta (s/B) from :func:`pingpong`'s or :func:`exchange`'s times; alpha clipped at 1 ns."""
+    """alpha (s) and beta (s/B) from :func:`pingpong_times`'s or :func:`swap_times`'s times; alpha clipped at 1 ns."""
     f = fit(np.asarray(sizes, dtype=float), one_way)
     return LinkFit(max(f.alpha, 1e-9), max(f.beta, 1e-15))

@@ -3,7 +3,7 @@
 :func:`dp_step` runs on every rank (engine, MPI rank or ThreadComm rank): it trains the
 chapter-1 MLP on its shard of synthetic data, timing (a) compute alone: gradient + update,
 and (b) a synchronous data-parallel step: gradient, ring allreduce of the flat gradient,
-update. :func:`validate` measures the link with :func:`~coursekit.sim.calibrate.exchange`
+update. :func:`measure_and_simulate` measures the link with :func:`~coursekit.sim.calibrate.swap_times`
 (a ring step's two-way traffic),
 builds a one-tensor :class:`~coursekit.sim.step.Workload` from (a) and compares the
 simulated step with (b). The course's promise: within 1.5x on the local cluster.
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibrate import SIZES, exchange, link_fit
+from .calibrate import SIZES, link_fit, swap_times
 from .network import Network
 from .step import Workload, simulate_step
 
-__all__ = ["Validation", "dp_step", "validate"]
+__all__ = ["Validation", "dp_step", "measure_and_simulate"]
 
 
 def dp_step(comm, sizes=(64, 512, 512, 10), batch: int = 64, steps: int = 20,
@@ -83,13 +83,13 @@ class Validation:
         return self.measured_s / self.simulated_s
 
 
-def validate(runner, p: int, *, sizes=(64, 512, 512, 10), batch: int = 64,
+def measure_and_simulate(runner, p: int, *, sizes=(64, 512, 512, 10), batch: int = 64,
              steps: int = 20) -> Validation:
     """Measure and simulate on the first ``p`` ranks of ``runner`` (:mod:`coursekit.runner`:
     ``ClusterRunner(cluster)`` for engines, ``LocalRunner(p)`` for threads)."""
     if p < 2:
-        raise ValueError(f"validate needs at least 2 ranks to communicate, got p={p}")
-    link = link_fit(SIZES, runner.run(exchange, SIZES, 5, 0, 1, ranks=p)[0])
+        raise ValueError(f"measure_and_simulate needs at least 2 ranks to communicate, got p={p}")
+    link = link_fit(SIZES, runner.run(swap_times, SIZES, 5, 0, 1, ranks=p)[0])
     results = runner.run(dp_step, tuple(sizes), batch, steps, ranks=p)
     compute = max(r[0] for r in results)
     measured = max(r[1] for r in results)

@@ -7,8 +7,8 @@ case-study workload and network of :mod:`coursekit.sim.resnet50`; the panel
 (:class:`coursekit.widgets.panel.Panel`) draws the result as a PNG, so it prints nothing
 and works headless (tests set ``panel.gpus.value = 2048`` and read ``panel.result``).
 
-Controls: GPUs (powers of two), allreduce (flat ring / hierarchical), tensor-fusion buffer
-in MB (0: one allreduce per tensor), FP16 gradients, images per GPU, and the straggler
+Controls: GPUs (powers of two), allreduce (flat ring / hierarchical), the tensor-fusion
+threshold ``fusion_bytes`` (the simulator's: 0 = one allreduce per tensor), FP16 gradients, images per GPU, and the straggler
 jitter sigma: every GPU is slowed by a factor ``exp(|N(0, sigma)|)`` (seeded), and a
 synchronous step waits for the slowest of them, so the same sigma costs more at more GPUs.
 """
@@ -21,6 +21,7 @@ import ipywidgets as widgets
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from coursekit import checks
 from coursekit.sim import resnet50
 from coursekit.sim.step import StepResult, Stragglers, scaling, simulate_step
 from coursekit.viz import color
@@ -32,7 +33,8 @@ __all__ = ["ALLREDUCE", "AtScalePanel", "AtScaleResult", "GPU_COUNTS", "draw_ste
 GPUS_PER_NODE = resnet50.CASE_STUDY["gpus_per_node"]
 GPU_COUNTS = tuple(GPUS_PER_NODE << k for k in range(10))  # 8 .. 4096
 BATCHES = (8, 16, 32, 64, 128, 256)
-FUSION_MB = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+# the fusion slider: its label -> the simulator's fusion_bytes (0: one allreduce per tensor)
+FUSION = {"per tensor": 0, **{f"{mib} MiB": mib << 20 for mib in (1, 2, 4, 8, 16, 32, 64, 128, 256)}}
 ALLREDUCE = (("flat ring", "ring"), ("hierarchical", "hierarchical"))
 EPOCH_IMAGES = resnet50.CASE_STUDY["epochs"] * resnet50.CASE_STUDY["imagenet_train_images"]
 
@@ -50,7 +52,7 @@ class AtScaleResult:
     curve: dict           # scaling(): gpus, throughput, efficiency, step_s, exposed_comm_s
 
 
-def experiment(gpus: int = 1024, algorithm: str = "hierarchical", fusion_mb: float = 64,
+def experiment(gpus: int = 1024, algorithm: str = "hierarchical", fusion_bytes: int = 64 << 20,
                fp16: bool = True, batch: int = 64, jitter: float = 0.0,
                network: dict | None = None) -> AtScaleResult:
     """The case study at one setting (pure). ``network``: keyword arguments of
@@ -58,11 +60,11 @@ def experiment(gpus: int = 1024, algorithm: str = "hierarchical", fusion_mb: flo
     if gpus not in GPU_COUNTS:
         raise ValueError(f"gpus must be one of {GPU_COUNTS} (whole nodes of {GPUS_PER_NODE}), "
                          f"got {gpus!r}")
-    if not fusion_mb >= 0:
-        raise ValueError(f"fusion_mb must be >= 0 (0: no fusion), got {fusion_mb!r}")
+    checks.integer(fusion_bytes, "fusion_bytes", at_least=0,
+                   hint=" (the tensor-fusion threshold; 0: one allreduce per tensor)")
     work = resnet50.workload(batch=batch)
     net = resnet50.case_study_network(gpus // GPUS_PER_NODE, **(network or {}))
-    options = dict(algorithm=algorithm, fusion_bytes=fusion_mb * 2**20, fp16=fp16,
+    options = dict(algorithm=algorithm, fusion_bytes=fusion_bytes, fp16=fp16,
                    stragglers=Stragglers(jitter=jitter) if jitter else None)
     curve = scaling(work, net, [g // GPUS_PER_NODE for g in GPU_COUNTS], **options)
     step = simulate_step(work, net, **options)
@@ -112,7 +114,8 @@ class AtScalePanel(Panel):
     :class:`AtScaleResult` (None after an impossible setting), ``panel.status`` says
     efficiency, images/s and minutes for 90 epochs."""
 
-    def __init__(self, gpus: int = 1024, algorithm: str = "hierarchical", fusion_mb: int = 64,
+    def __init__(self, gpus: int = 1024, algorithm: str = "hierarchical",
+                 fusion_bytes: int = 64 << 20,
                  fp16: bool = True, batch: int = 64, jitter: float = 0.0,
                  network: dict | None = None):
         style = {"description_width": "130px"}
@@ -122,8 +125,8 @@ class AtScalePanel(Panel):
                                             description="GPUs (log scale)", **common)
         self.algorithm = widgets.ToggleButtons(options=ALLREDUCE, value=algorithm,
                                                description="allreduce", style=style)
-        self.fusion = widgets.SelectionSlider(options=FUSION_MB, value=fusion_mb,
-                                              description="fusion buffer MB", **common)
+        self.fusion = widgets.SelectionSlider(options=list(FUSION.items()), value=fusion_bytes,
+                                              description="fusion buffer", **common)
         self.fp16 = widgets.Checkbox(value=fp16, description="FP16 gradients", style=style)
         self.batch = widgets.SelectionSlider(options=BATCHES, value=batch,
                                              description="images per GPU", **common)
@@ -136,7 +139,7 @@ class AtScalePanel(Panel):
     def settings(self) -> dict:
         """The controls as keyword arguments of :func:`experiment`."""
         return dict(gpus=self.gpus.value, algorithm=self.algorithm.value,
-                    fusion_mb=self.fusion.value, fp16=self.fp16.value, batch=self.batch.value,
+                    fusion_bytes=self.fusion.value, fp16=self.fp16.value, batch=self.batch.value,
                     jitter=self.jitter.value, network=self.network)
 
     def compute(self):
@@ -149,7 +152,7 @@ class AtScalePanel(Panel):
                  f"90 epochs in {r.minutes_90_epochs:.1f} min (step {1e3 * r.step.step_s:.0f} ms, "
                  f"exposed communication {1e3 * r.step.exposed_comm_s:.1f} ms{straggle})")
         label = dict((v, k) for k, v in ALLREDUCE)[self.algorithm.value]
-        fusion = f"fusion {self.fusion.value} MB" if self.fusion.value else "no fusion"
+        fusion = f"fusion {self.fusion.label}" if self.fusion.value else "no fusion"
         title = (f"ResNet-50, {self.batch.value} images per GPU, {label}, {fusion}, "
                  f"{'FP16' if self.fp16.value else 'FP32'} gradients")
         self.plot.value = png(plot_at_scale(r, title))

@@ -31,8 +31,8 @@ from coursekit.widgets.panel import LiveRepr, Panel, png, run_target, size_limit
 __all__ = ["DataParallelPanel", "LiveView", "live_loss", "plot_exchange_sweep", "plot_live",
            "plot_lr_grid", "plot_run", "plot_scaling", "plot_straggler", "plot_timeline_of"]
 
-# Bucket sizes in MB; 0 is "the gradient in one piece" (a dropdown shows no label for None).
-BUCKETS = (0.0, 0.01, 0.05, 0.25, 1.0)
+# The bucket dropdown: its label -> DPConfig.bucket_bytes (None: the gradient in one piece)
+BUCKETS = {"one piece": None, **{byte_label(b): b for b in (8 << 10, 64 << 10, 256 << 10, 1 << 20)}}
 
 
 def _figure(fig, width, height):
@@ -212,9 +212,8 @@ class DataParallelPanel(Panel):
                                        style=style)
         self.slow = widgets.FloatSlider(1.0, min=1.0, max=8.0, step=0.5,
                                         description="straggler x", style=style)
-        self.bucket = widgets.Dropdown(
-            options=[("one piece", 0.0)] + [(byte_label(b * 2**20), b) for b in BUCKETS[1:]],
-            value=0.0, description="bucket", style=style)
+        self.bucket = widgets.Dropdown(options=list(BUCKETS), value="one piece",
+                                       description="bucket", style=style)
         super().__init__([self.workers, self.exchange, self.algorithm, self.lr_rule,
                           self.batch, self.slow, self.bucket], columns=2, **panel_options)
 
@@ -225,8 +224,8 @@ class DataParallelPanel(Panel):
                        lr_rule=self.lr_rule.value, batch_size=self.batch.value * n,
                        straggler_rank=0 if self.slow.value > 1 else None,
                        slow_factor=self.slow.value,
-                       bucket_mb=(self.bucket.value or None) if self.exchange.value == "allreduce"
-                       else None)
+                       bucket_bytes=BUCKETS[self.bucket.value]
+                       if self.exchange.value == "allreduce" else None)
 
     def compute(self):
         """Train with the current settings, following the workers live."""

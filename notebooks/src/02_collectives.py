@@ -86,7 +86,7 @@ peers
 def swap_times(sizes):
     from coursekit.comm import engine_comm
     from coursekit.sim import calibrate
-    return calibrate.exchange(engine_comm(), sizes)
+    return calibrate.swap_times(engine_comm(), sizes)
 
 
 swaps = np.array(c.run(swap_times, sizes.tolist())[0])
@@ -174,7 +174,7 @@ timings = {alg: measure(ClusterRunner(c), c.size, "allreduce", alg, check_sizes,
 def ring_step_times(sizes):
     from coursekit.comm import engine_comm
     from coursekit.sim import calibrate
-    return calibrate.ring_exchange(engine_comm(), sizes)
+    return calibrate.ring_swap_times(engine_comm(), sizes)
 
 
 def reduction_cost():

@@ -196,7 +196,7 @@ assert grew > 0.5 * slowed and np.all(strag.time_per_step >= strag.straggler_com
 # ## 7. Buckets and overlap
 #
 # The backward pass produces the gradient from the last layer to the first. Instead of
-# waiting for all of it, cut the flat buffer into buckets (here 1 MB) and allreduce each
+# waiting for all of it, cut the flat buffer into buckets (here 1 MiB) and allreduce each
 # one as soon as its layers are done, on a background thread, while the earlier layers
 # still compute (purple: backward; green/orange: the reducer's messages). Timelines of the
 # last step on 2 engines, 256 examples each: one piece; buckets sent after the backward;
@@ -208,9 +208,9 @@ overlap_cfg = replace(big, sizes=(64, 512, 512, 512, 10), batch_size=512, timeli
                       max_steps=10)
 fig, axes = plt.subplots(3, 1, figsize=(9, 6), sharex=False)
 for ax, (title, bucket, overlap) in zip(axes, [("one piece", None, False),
-                                               ("1 MB buckets after the backward", 1.0, False),
-                                               ("1 MB buckets overlapped", 1.0, True)]):
-    res = data_parallel.train(engines, replace(overlap_cfg, bucket_mb=bucket, overlap=overlap),
+                                               ("1 MiB buckets after the backward", 1 << 20, False),
+                                               ("1 MiB buckets overlapped", 1 << 20, True)]):
+    res = data_parallel.train(engines, replace(overlap_cfg, bucket_bytes=bucket, overlap=overlap),
                               packed, workers=2)
     dpw.plot_timeline_of(res, ax=ax, title=f"{title}: {res.time_per_step * 1e3:.1f} ms/step")
 fig.tight_layout()
@@ -224,7 +224,7 @@ show()
 # $T_1/T_N = 1$); the model predicts $T_N = t_\text{compute} + t_\text{comm}(N)$.
 
 # %%
-sc = ex.scaling(engines, replace(big, max_steps=40), packed, [1, 2, 4], link.alpha, link.beta,
+sc = ex.weak_scaling(engines, replace(big, max_steps=40), packed, [1, 2, 4], link.alpha, link.beta,
                 gamma)
 dpw.plot_scaling(sc)
 show()

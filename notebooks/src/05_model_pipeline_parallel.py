@@ -34,7 +34,7 @@ from coursekit import cluster
 from coursekit.comm.cluster_setup import setup_comm
 from coursekit.data import load_digits
 from coursekit.nn import MLP
-from coursekit.parallel.pipeline import gather, schedule, simulate
+from coursekit.parallel.pipeline import combine_ranks, schedule, simulate
 from coursekit.viz import show
 from coursekit.viz.pipeline import plot_schedule
 
@@ -174,7 +174,7 @@ print(f"2 (p-1)/p * {allreduced / 1e6:.2f} MB = {2 * (p - 1) / p * allreduced / 
 from coursekit.parallel.tensor_parallel import layer_split
 
 split = on_engines(layer_split)
-step = gather([result for result, _ in split])
+step = combine_ranks([result for result, _ in split])
 print("gradient equal to serial:  ", np.allclose(step.grad, serial_grad))
 print("MB sent per rank in a step:", sent_mb([trace for _, trace in split]))
 
@@ -292,7 +292,7 @@ def pipeline_step(comm, model, X, y, sched):
 NAMES = ("gpipe", "1f1b", "zb_h1")
 for name in NAMES:
     runs = on_engines(pipeline_step, schedule(name, p, m))
-    step = gather([result for result, _ in runs])
+    step = combine_ranks([result for result, _ in runs])
     print(f"{name:6} loss equal: {np.isclose(step.loss, serial_loss)}, gradient equal: "
           f"{np.allclose(step.grad, serial_grad)}, MB sent per rank: {sent_mb([t for _, t in runs])}")
 
@@ -307,7 +307,7 @@ for name in NAMES:
 # NBVAL_IGNORE_OUTPUT
 def best_of(sched, runs=3):
     """The fastest of a few runs of sched on the cluster: a PipelineRun in seconds."""
-    steps = [gather([r for r, _ in on_engines(pipeline_step, sched)]) for _ in range(runs)]
+    steps = [combine_ranks([r for r, _ in on_engines(pipeline_step, sched)]) for _ in range(runs)]
     return min(steps, key=lambda s: max(sp.end for spans in s.timeline for sp in spans))
 
 

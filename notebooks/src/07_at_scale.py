@@ -285,7 +285,8 @@ show()
 # %%
 from coursekit.widgets.at_scale import AtScalePanel
 
-panel = AtScalePanel(gpus=1024, algorithm="hierarchical", fusion_mb=64, fp16=True, batch=64)
+panel = AtScalePanel(gpus=1024, algorithm="hierarchical", fusion_bytes=64 << 20, fp16=True,
+                     batch=64)
 panel
 
 # %% [markdown]
@@ -299,7 +300,7 @@ print(panel.status.value)
 panel.fusion.value = 0
 panel.algorithm.value = "ring"
 print(panel.status.value)
-panel.fusion.value = 64
+panel.fusion.value = 64 << 20
 panel.jitter.value = 0.05
 print(panel.status.value)
 
@@ -447,7 +448,7 @@ show()
 # ## 9. The simulator against the local cluster
 #
 # The simulator is only worth its predictions if it gets a case we can measure right.
-# `coursekit.sim.validate.validate` does it on real engines: it measures a link's
+# `coursekit.sim.validate.measure_and_simulate` does it on real engines: it measures a link's
 # $\alpha$ and $\beta$ (two ranks swapping messages), times a compute-only step of the
 # chapter-1 MLP and a data-parallel step (gradient, ring allreduce, update), simulates the
 # data-parallel step from the measured compute and link, and compares. We use two of our four
@@ -456,9 +457,9 @@ show()
 
 # %%
 from coursekit.runner import ClusterRunner
-from coursekit.sim.validate import validate
+from coursekit.sim.validate import measure_and_simulate
 
-v = validate(ClusterRunner(c), 2)
+v = measure_and_simulate(ClusterRunner(c), 2)
 print(f"gradient of {v.grad_bytes:,} bytes allreduced between {v.p} engines")
 
 # %%

@@ -26,16 +26,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from coursekit import cluster
-from coursekit.comm import call_with_comm, run_local, setup_comm
+from coursekit.comm import setup_comm
 from coursekit.data import load_digits
 from coursekit.memory import PRESETS, TrainingSetup, measure_mlp, memory_per_gpu, mlp_shape
 from coursekit.nn import MLP
 from coursekit.parallel.zero import ShardLayout, sent_bytes, state_bytes, train_zero
+from coursekit.runner import ClusterRunner, LocalRunner
 from coursekit.viz import integer_ticks, legend_outside, series_color, show
 
 c = cluster.start(n=4)
 setup_comm(c)
-c.size
+engines = ClusterRunner(c)  # the runs below use these engines (c.run: every engine, no comm)
+engines
 
 # %% [markdown]
 # ## 1. Where the bytes go
@@ -120,9 +122,9 @@ X, y = digits.X_train[:768], digits.y_train[:768]
 
 settings = dict(steps=12, batch_size=64, lr=0.1, momentum=0.9)
 serial = MLP(zero_sizes, dtype=np.float64, seed=1)
-runs = {stage: c.run(call_with_comm, train_zero, serial, X, y, stage=stage, **settings)
+runs = {stage: engines.run(train_zero, serial, X, y, stage=stage, **settings)
         for stage in range(4)}
-serial_run = run_local(train_zero, 1, serial, X, y, stage=0, **settings)[0]  # one rank: serial
+serial_run = LocalRunner(1).run(train_zero, serial, X, y, stage=0, **settings)[0]  # serial
 for stage, results in runs.items():
     for r in results:
         np.testing.assert_allclose(r.params, serial_run.params, rtol=1e-12, atol=1e-14)
@@ -257,14 +259,14 @@ print(f"PASS: 16-bit training keeps {ratio:.0%} of fp32's activation bytes; with
 # gradient. Here on the 4 engines, 1F1B with 8 micro-batches, 2 layers per stage:
 
 # %%
-from coursekit.parallel.pipeline import execute, gather, schedule
+from coursekit.parallel.pipeline import run_pipeline, schedule
 
 pipe_mlp = MLP([64, 256, 256, 256, 256, 256, 256, 256, 10], dtype=np.float64, seed=0)
 Xp, yp = digits.X_train[:256], digits.y_train[:256]
 sched = schedule("1f1b", c.size, 8)
 
 
-kept, again = (gather(c.run(call_with_comm, execute, sched, pipe_mlp, Xp, yp, recompute=flag))
+kept, again = (run_pipeline(engines, sched, pipe_mlp, Xp, yp, recompute=flag)
                for flag in (False, True))
 for rank in range(c.size):
     print(f"rank {rank}: peak activations {kept.peak_activation_bytes[rank] / 1e3:6.0f} kB -> "

@@ -8,13 +8,13 @@ import pytest
 from coursekit.comm import run_local
 import time
 
-from coursekit.sim.calibrate import SIZES, exchange, link_fit, pingpong, ring_exchange
+from coursekit.sim.calibrate import SIZES, link_fit, pingpong_times, ring_swap_times, swap_times
 from coursekit.runner import LocalRunner
-from coursekit.sim.validate import validate
+from coursekit.sim.validate import measure_and_simulate
 
 
 def test_calibration_functions_return_on_rank_a_only():
-    for fn in (pingpong, exchange):
+    for fn in (pingpong_times, swap_times):
         out = run_local(fn, 3, (8, 1024), 2, 0, 2)
         assert out[1] is None and out[2] is None
         assert out[0].shape == (2,) and np.all(out[0] > 0)
@@ -29,10 +29,10 @@ def _ring_with_slow_rank(comm, slow):
             time.sleep(0.02)
             return got
         comm.sendrecv = sendrecv
-    return ring_exchange(comm, (8, 4096), 3)
+    return ring_swap_times(comm, (8, 4096), 3)
 
 
-def test_ring_exchange_reports_the_slowest_rank_on_rank_0():
+def test_ring_swap_times_reports_the_slowest_rank_on_rank_0():
     out = run_local(_ring_with_slow_rank, 3, 2)
     assert out[1] is None and out[2] is None
     assert out[0].shape == (2,) and np.all(out[0] >= 0.02)
@@ -47,7 +47,7 @@ def test_link_fit_recovers_a_synthetic_link():
 
 
 def test_validate_structure():
-    v = validate(LocalRunner(2), 2, sizes=(8, 16, 4), batch=8, steps=4)
+    v = measure_and_simulate(LocalRunner(2), 2, sizes=(8, 16, 4), batch=8, steps=4)
     assert v.grad_bytes == 4 * (8 * 16 + 16 + 16 * 4 + 4)
     assert v.simulated_s > v.compute_s > 0 and v.measured_s > 0 and v.ratio > 0
     assert v.alpha > 0 and v.beta > 0 and v.gamma >= 0
@@ -55,4 +55,4 @@ def test_validate_structure():
 
 def test_validate_needs_two_ranks():
     with pytest.raises(ValueError, match="at least 2"):
-        validate(LocalRunner(1), 1)
+        measure_and_simulate(LocalRunner(1), 1)

@@ -10,11 +10,11 @@ from coursekit.widgets.at_scale import EPOCH_IMAGES, GPU_COUNTS, AtScalePanel, e
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def reference(gpus, algorithm, fusion_mb, fp16, batch, jitter=0.0):
+def reference(gpus, algorithm, fusion_bytes, fp16, batch, jitter=0.0):
     """The same setting computed straight from coursekit.sim (what the panel must show)."""
     work = resnet50.workload(batch=batch)
     res = scaling(work, resnet50.case_study_network(1), [gpus // 8], algorithm=algorithm,
-                  fusion_bytes=fusion_mb * 2**20, fp16=fp16,
+                  fusion_bytes=fusion_bytes, fp16=fp16,
                   stragglers=Stragglers(jitter=jitter) if jitter else None)
     return res["efficiency"][0], res["throughput"][0]
 
@@ -22,7 +22,7 @@ def reference(gpus, algorithm, fusion_mb, fp16, batch, jitter=0.0):
 def test_default_panel_matches_the_pure_functions():
     panel = AtScalePanel()
     r = panel.result
-    eff, thr = reference(1024, "hierarchical", 64, True, 64)
+    eff, thr = reference(1024, "hierarchical", 64 << 20, True, 64)
     assert r.gpus == 1024 and r.step.p == 1024
     assert r.efficiency == pytest.approx(eff) and r.images_per_s == pytest.approx(thr)
     assert r.minutes_90_epochs == pytest.approx(EPOCH_IMAGES / thr / 60)
@@ -38,7 +38,7 @@ def test_controls_change_the_result_consistently():
     before_plot = panel.plot.value
     panel.gpus.value = 2048
     panel.batch.value = 32  # the case study at 2048 GPUs: the same 64K global batch
-    eff, thr = reference(2048, "hierarchical", 64, True, 32)
+    eff, thr = reference(2048, "hierarchical", 64 << 20, True, 32)
     assert panel.result.efficiency == pytest.approx(eff)
     assert panel.result.step.samples == 2048 * 32
     assert panel.plot.value != before_plot
@@ -46,7 +46,7 @@ def test_controls_change_the_result_consistently():
 
     panel.fp16.value = False  # FP32 gradients: twice the bytes on the wire
     assert panel.result.step.bucket_bytes.sum() == pytest.approx(4 * 25_557_032)
-    assert panel.result.efficiency == pytest.approx(reference(2048, "hierarchical", 64, False, 32)[0])
+    assert panel.result.efficiency == pytest.approx(reference(2048, "hierarchical", 64 << 20, False, 32)[0])
 
     panel.fusion.value = 0  # one allreduce per tensor
     assert panel.result.step.bucket_bytes.size == 161
@@ -75,8 +75,8 @@ def test_more_gpus_never_raise_efficiency_and_stragglers_cost_more_at_scale():
 def test_bad_settings():
     with pytest.raises(ValueError, match="gpus must be one of"):
         experiment(gpus=1000)
-    with pytest.raises(ValueError, match="fusion_mb"):
-        experiment(fusion_mb=-1)
+    with pytest.raises(ValueError, match=r"fusion_bytes=-1: must be >= 0 \(the tensor-fusion"):
+        experiment(fusion_bytes=-1)
     panel = AtScalePanel(network={"inter_bandwidth": -1.0})
     assert panel.result is None and panel.status.value.startswith("error:")
     assert "inter_bandwidth" in panel.status.value

@@ -35,13 +35,13 @@ def test_panel_runs_with_the_controls_values(data):
     panel.algorithm.value = "recursive_doubling"
     panel.batch.value = 8
     panel.slow.value = 2.0
-    panel.bucket.value = 0.01
+    panel.bucket.value = "8 KiB"
     panel.run_button.click()
     assert panel.wait(60), "the clicked run did not end"
     r = panel.result
     assert r is not None, panel.status.value
     assert (r.n_workers, r.config.batch_size, r.config.algorithm) == (3, 24, "recursive_doubling")
-    assert (r.config.straggler_rank, r.config.slow_factor, r.config.bucket_mb) == (0, 2.0, 0.01)
+    assert (r.config.straggler_rank, r.config.slow_factor, r.config.bucket_bytes) == (0, 2.0, 8192)
     assert panel.progress.value == panel.progress.max == 11  # ceil(256 rows / 24)
     assert panel.plot.value[:4] == b"\x89PNG"
     parts = r.step_breakdown()
@@ -84,7 +84,7 @@ def test_experiments_and_their_plots(data):
     assert grid.accuracy.shape == (2, 2) and np.isfinite(grid.accuracy).all()
     strag = ex.straggler_sweep(THREADS, BASE, train_data, 2, [1.0, 3.0])
     assert strag.straggler_compute[1] > strag.others_compute[1]
-    sc = ex.scaling(THREADS, replace(BASE, batch_size=8), train_data, [1, 2], alpha=1e-5,
+    sc = ex.weak_scaling(THREADS, replace(BASE, batch_size=8), train_data, [1, 2], alpha=1e-5,
                     beta=1e-9)
     assert sc.efficiency[0] == 1 and sc.predicted_comm[0] == 0
     for fig in (w.plot_exchange_sweep(sweep), w.plot_lr_grid(grid), w.plot_straggler(strag),

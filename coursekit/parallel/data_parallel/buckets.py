@@ -3,7 +3,7 @@
 The backward pass produces the gradient from the last layer to the first, i.e. from the
 END of the flat buffer ``[W_1 b_1 | W_2 b_2 | ... | W_L b_L]`` towards its start
 (:mod:`coursekit.nn.layout`). Like PyTorch DDP and Horovod, we cut the buffer into
-buckets of at most ``bucket_mb`` MB, counted from the end, so bucket 0 holds the last
+buckets of at most ``bucket_bytes`` bytes, counted from the end, so bucket 0 holds the last
 layer's gradient and is ready first. A bucket ``[a, b)`` is ready as soon as every layer
 it overlaps has finished its backward pass, i.e. when the layer containing element ``a``
 is done.
@@ -33,19 +33,16 @@ from coursekit.comm.trace import now
 
 __all__ = ["BucketReducer", "make_buckets", "ready_after_layer"]
 
-MB = 1 << 20
-
-
-def make_buckets(n_params: int, itemsize: int, bucket_mb: float) -> list[slice]:
-    """Slices of at most ``bucket_mb`` MB (2**20 bytes) of a flat buffer, from its END backwards.
+def make_buckets(n_params: int, itemsize: int, bucket_bytes: int) -> list[slice]:
+    """Slices of at most ``bucket_bytes`` bytes of a flat buffer, from its END backwards.
 
     Bucket 0 is the last slice of the buffer (the last layer's gradient, ready first).
-    Every bucket holds at least one element. ValueError for a size <= 0.
+    Every bucket holds at least one element. ValueError for a size < 1.
     """
-    checks.real(bucket_mb, "bucket_mb", above=0, hint=" (megabytes, e.g. 0.25, 1, 25; use "
-                "bucket_mb=None to send the gradient in one piece)")
+    checks.integer(bucket_bytes, "bucket_bytes", at_least=1, hint=" (bytes, e.g. 262144 for "
+                   "256 KiB; use bucket_bytes=None to send the gradient in one piece)")
     checks.integer(itemsize, "itemsize", at_least=1)
-    per_bucket = max(1, int(bucket_mb * MB) // itemsize)
+    per_bucket = max(1, bucket_bytes // itemsize)
     bounds = list(range(n_params, 0, -per_bucket)) + [0]
     return [slice(lo, hi) for hi, lo in zip(bounds[:-1], bounds[1:])]
 

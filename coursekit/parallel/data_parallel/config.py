@@ -27,7 +27,7 @@ steps on its own gradient and the parameters are averaged every ``average_every`
 
 @dataclass(frozen=True)
 class DPConfig:
-    """Synchronous data-parallel SGD on an MLP (see :mod:`coursekit.parallel.data_parallel.sync_sgd`).
+    """Synchronous data-parallel SGD on an MLP (see :mod:`.sync_sgd`).
 
     Model: ``sizes``, ``activation``, ``loss``, ``dtype``; initial weights from ``seed``.
     Data: ``batch_size`` is the GLOBAL batch B = n * N, split over the N workers; the rows
@@ -36,9 +36,9 @@ class DPConfig:
     Optimizer: ``lr`` (tuned for one worker), scaled by ``lr_rule`` with N
     (:mod:`.lr_rules`; ``warmup_steps`` for "linear_warmup"), ``momentum``.
     Exchange: ``exchange`` in :data:`EXCHANGES`; ``algorithm`` for allreduce (any of
-    chapter 2's); ``average_every`` = k for local SGD; ``bucket_mb`` splits the gradient
-    into buckets (allreduce only; None = one piece) that are reduced while the backward
-    pass still runs when ``overlap``.
+    chapter 2's); ``average_every`` = k for local SGD; ``bucket_bytes`` splits the gradient
+    into buckets of that many bytes (allreduce only; None = one piece) that are reduced
+    while the backward pass still runs when ``overlap``.
     Faults: ``straggler_rank`` computes ``slow_factor`` times slower; ``crash_rank``
     dies at the start of step ``crash_step``.
     Checkpoints: every ``checkpoint_every`` steps into ``checkpoint_dir``.
@@ -61,7 +61,7 @@ class DPConfig:
     exchange: str = "allreduce"
     algorithm: str = "ring"
     average_every: int = 1
-    bucket_mb: float | None = None
+    bucket_bytes: int | None = None
     overlap: bool = True
     straggler_rank: int | None = None
     slow_factor: float = 1.0
@@ -96,12 +96,12 @@ class DPConfig:
             raise ValueError(f"unknown allreduce algorithm {self.algorithm!r}; allowed: "
                              f"{', '.join(ALGORITHMS['allreduce'])}")
         checks.integer(self.average_every, "average_every", at_least=1)
-        if self.bucket_mb is not None:
-            checks.real(self.bucket_mb, "bucket_mb (MB per gradient bucket; None = one piece)",
-                        above=0)
+        if self.bucket_bytes is not None:
+            checks.integer(self.bucket_bytes, "bucket_bytes", at_least=1,
+                           hint=" (bytes per gradient bucket; None = one piece)")
             if self.exchange != "allreduce":
-                raise ValueError(f"bucket_mb applies to exchange='allreduce' only (got "
-                                 f"exchange={self.exchange!r}); use bucket_mb=None")
+                raise ValueError(f"bucket_bytes applies to exchange='allreduce' only (got "
+                                 f"exchange={self.exchange!r}); use bucket_bytes=None")
         checks.boolean(self.overlap, "overlap")
         checks.real(self.slow_factor, "slow_factor", at_least=1)
         if (self.crash_rank is None) != (self.crash_step is None):

@@ -39,9 +39,10 @@ PS_ROOT = 0
 
 def check_gradient_sum(config, gradient_sum) -> None:
     """ValueError unless ``config`` allreduces whole gradients, which ``gradient_sum`` replaces."""
-    if gradient_sum is not None and (config.exchange != "allreduce" or config.bucket_mb is not None):
+    if gradient_sum is not None and (config.exchange != "allreduce"
+                                     or config.bucket_bytes is not None):
         raise ValueError("gradient_sum replaces the allreduce of whole gradients: it needs "
-                         "exchange='allreduce' and bucket_mb=None")
+                         "exchange='allreduce' and bucket_bytes=None")
 
 
 class Exchange:
@@ -63,8 +64,8 @@ class Exchange:
         self.buckets = None
         self.reducer = None
         self._seen, self._steps = 0.0, 0  # local SGD: sum of weights, steps since averaging
-        if config.bucket_mb is not None:
-            self.buckets = make_buckets(mlp.n_params, mlp.dtype.itemsize, config.bucket_mb)
+        if config.bucket_bytes is not None:
+            self.buckets = make_buckets(mlp.n_params, mlp.dtype.itemsize, config.bucket_bytes)
             self.reducer = BucketReducer(comm, None, self.buckets, config.algorithm,
                                          record=recorder.record)
             self.ready = ready_after_layer(self.buckets, [layer.span.start for layer in mlp.layers])

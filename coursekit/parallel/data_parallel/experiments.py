@@ -9,7 +9,7 @@ that runner, so the notebook, the widget panel, the benchmark and the tests shar
 * :func:`lr_rule_grid` - the batch grows with the workers (n per worker fixed): final test
   accuracy for every learning-rate rule.
 * :func:`straggler_sweep` - one worker slower by a factor: everybody's step time.
-* :func:`scaling` - weak scaling (n per worker fixed) on 1, 2, 4 workers: step time split
+* :func:`weak_scaling` - weak scaling (n per worker fixed) on 1, 2, 4 workers: step time split
   into compute and communication, efficiency T_1 / T_N, against the cost model's
   T_N ~ t_compute + t_comm(N).
 """
@@ -25,8 +25,8 @@ from coursekit.nn.layout import n_params
 
 from .exchange import predict_bytes_through, predict_comm
 
-__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid", "measure_gamma", "scaling", "straggler_sweep",
-           "sweep_exchange"]
+__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid", "measure_gamma",
+           "weak_scaling", "straggler_sweep", "sweep_exchange"]
 
 
 def _trainer(runner, data, eval_data):
@@ -72,7 +72,7 @@ def sweep_exchange(runner, config, data, workers, alpha: float, beta: float, gam
     out = {k: {m: [] for m in modes} for k in ("t", "c", "b", "pc", "pb")}
     for n in workers:
         for mode in modes:
-            res = run(replace(config, exchange=mode, bucket_mb=None), int(n))
+            res = run(replace(config, exchange=mode, bucket_bytes=None), int(n))
             out["t"][mode].append(res.time_per_step)
             out["c"][mode].append(res.comm_per_step)
             out["b"][mode].append(res.bytes_through().max())
@@ -159,7 +159,7 @@ class Scaling:
         return self.predicted_step[0] / self.predicted_step
 
 
-def scaling(runner, config, data, workers, alpha: float, beta: float, gamma: float = 0.0,
+def weak_scaling(runner, config, data, workers, alpha: float, beta: float, gamma: float = 0.0,
             per_worker_batch: int | None = None, *, eval_data=None) -> Scaling:
     """Run with n examples per worker on each number of workers (weak scaling)."""
     run = _trainer(runner, data, eval_data)
@@ -169,9 +169,8 @@ def scaling(runner, config, data, workers, alpha: float, beta: float, gamma: flo
     rows = []
     for n in workers:
         res = run(replace(config, batch_size=n_each * int(n)), int(n))
-        bucket = None if config.bucket_mb is None else int(config.bucket_mb * 2**20)
         rows.append((res.time_per_step, res.compute_per_step, res.comm_per_step,
                      predict_comm(config.exchange, config.algorithm, int(n), nbytes, alpha, beta,
-                                  gamma, config.average_every, bucket)))
+                                  gamma, config.average_every, config.bucket_bytes)))
     step, compute, comm, pred = np.array(rows).T
     return Scaling(workers, step, compute, comm, pred)

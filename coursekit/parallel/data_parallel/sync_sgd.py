@@ -11,14 +11,14 @@ Step t on worker k of N (the lecture's "Data parallel synchronous SGD"):
 So N workers with n examples each train exactly like one worker with batch n * N: the
 tests check that sync allreduce training on 1, 2, 3, 4 ranks gives the parameters of
 :func:`coursekit.nn.train` on the concatenated batches (float64, tight tolerance). Synchronous
-means every step waits for the slowest worker (:mod:`.spans` injects a straggler), and a
+means every step waits for the slowest worker (:mod:`..spans` injects a straggler), and a
 worker that dies stops the run: the others time out waiting for it, and the run's
-:class:`~coursekit.runner.RankFailure` names it. :mod:`.checkpoint` saves every k steps; ``resume=True``
-continues from the newest complete checkpoint whose files are intact (damaged ones are
+:class:`~coursekit.runner.RankFailure` names it. :mod:`.checkpoint` saves every k steps;
+``resume=True`` continues from the newest complete checkpoint whose files are intact (damaged ones are
 skipped with a warning) and gives the uninterrupted run's parameters.
 
 Run it with :func:`train` on a runner (ThreadComm ranks or engines, :mod:`coursekit.runner`);
-it returns a :class:`DPResult`. Set ``config.bucket_mb`` to
+it returns a :class:`DPResult`. Set ``config.bucket_bytes`` to
 overlap the gradient allreduce with the backward pass (:mod:`.buckets`).
 """
 

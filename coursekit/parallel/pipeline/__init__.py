@@ -11,7 +11,7 @@ ranks over a Comm with stages of the chapter-1 MLP).
 """
 
 from .actions import COMM, COMPUTE, Action, B, F, W
-from .execute import PipelineRun, StepResult, execute, gather, run_pipeline, stage_layers
+from .execute import PipelineRun, StepResult, combine_ranks, execute, run_pipeline, stage_layers
 from .play import Deadlock, Span
 from .schedule_type import Schedule
 from .schedules import NAMES, schedule
@@ -19,5 +19,5 @@ from .simulate import SimResult, peak_activations, simulate
 from .validate import ScheduleError, validate
 
 __all__ = ["COMM", "COMPUTE", "NAMES", "Action", "B", "Deadlock", "F", "Schedule", "ScheduleError",
-           "PipelineRun", "SimResult", "Span", "StepResult", "W", "execute", "gather", "peak_activations",
+           "PipelineRun", "SimResult", "Span", "StepResult", "W", "combine_ranks", "execute", "peak_activations",
            "run_pipeline", "schedule", "simulate", "stage_layers", "validate"]

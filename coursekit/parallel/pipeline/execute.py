@@ -73,24 +73,33 @@ def _tag(direction: int, stage: int, mb: int, m: int) -> int:
     return (2 * stage + direction) * m + mb
 
 
-def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> StepResult:
-    """Run ``schedule`` on this rank (``comm.rank``) for the batch (X, y); see the module doc
-    (``recompute``: activation recomputation)."""
+def check_step(schedule: Schedule, mlp, X, y, recompute):
+    """The arguments of :func:`execute` checked (TypeError / ValueError naming what is
+    allowed): ``(recompute, each stage's layers, X, y)``."""
     recompute = checks.boolean(recompute, "recompute")
     validate(schedule)
     checks.instance(mlp, "mlp", MLP, " (coursekit.nn.MLP)")
-    p, m, S = schedule.stages, schedule.microbatches, schedule.n_stages
-    if comm.size != p:
-        raise ValueError(f"the schedule has {p} ranks but the comm has {comm.size}; they must match")
+    m, S = schedule.microbatches, schedule.n_stages
     stages = stage_layers(len(mlp.layers), S)
     X, y = mlp.check_batch(X, y)
-    N = len(X)
-    if N < m:
-        raise ValueError(f"the batch has {N} rows, fewer than the {m} micro-batches; "
+    if len(X) < m:
+        raise ValueError(f"the batch has {len(X)} rows, fewer than the {m} micro-batches; "
                          f"allowed: microbatches <= batch size")
     if _tag(1, S - 1, m - 1, m) >= TAG_BASE:
         raise ValueError(f"{S} stages x {m} micro-batches need more message tags than the "
                          f"{TAG_BASE} below the collectives' range; use fewer")
+    return recompute, stages, X, y
+
+
+def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> StepResult:
+    """Run ``schedule`` on this rank (``comm.rank``) for the batch (X, y); see the module doc
+    (``recompute``: activation recomputation)."""
+    recompute, stages, X, y = check_step(schedule, mlp, X, y, recompute)
+    p, m, S = schedule.stages, schedule.microbatches, schedule.n_stages
+    if comm.size != p:
+        raise ValueError(f"the schedule has {p} ranks but the comm has {comm.size}; "
+                         "they must match")
+    N = len(X)
     rows = np.array_split(np.arange(N), m)
     loss_fn = reference.softmax_xent if mlp.loss == "softmax_xent" else reference.mse
     split = schedule.split_backward
@@ -195,7 +204,7 @@ class PipelineRun:
     layer_forwards: list[int]
 
 
-def gather(results: list[StepResult]) -> PipelineRun:
+def combine_ranks(results: list[StepResult]) -> PipelineRun:
     """Add the ranks' disjoint gradients and losses; shift the timeline to start at 0."""
     t0 = min((s.start for r in results for s in r.timeline), default=0.0)
     timeline = [[s._replace(start=s.start - t0, end=s.end - t0) for s in r.timeline] for r in results]
@@ -204,10 +213,13 @@ def gather(results: list[StepResult]) -> PipelineRun:
                        [r.layer_forwards for r in results])
 
 
-def run_pipeline(schedule: Schedule, mlp, X, y, *, recompute: bool = False,
-                 timeout: float = 30.0) -> PipelineRun:
-    """:func:`execute` on ``schedule.stages`` in-process ThreadComm ranks (``run_local``)."""
-    from coursekit.comm import run_local
+def run_pipeline(runner, schedule: Schedule, mlp, X, y, *, recompute: bool = False,
+                 timeout: float | None = None) -> PipelineRun:
+    """:func:`execute` on the first ``schedule.stages`` ranks of ``runner`` (ThreadComm ranks
+    or a cluster's engines, :mod:`coursekit.runner`), gathered into one :class:`PipelineRun`."""
+    from coursekit.runner import Runner
 
-    return gather(run_local(execute, schedule.stages, schedule, mlp, X, y, recompute=recompute,
-                            timeout=timeout))
+    checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
+    check_step(schedule, mlp, X, y, recompute)  # before any rank starts
+    return combine_ranks(runner.run(execute, schedule, mlp, X, y, recompute=recompute,
+                             ranks=schedule.stages, timeout=timeout))

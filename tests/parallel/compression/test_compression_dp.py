@@ -38,7 +38,7 @@ def test_topk_with_error_feedback_trains_through_the_hook(digits):
         assert np.nanmean(result.loss[-5:]) < 0.7 * np.nanmean(result.loss[:5])
 
 
-@pytest.mark.parametrize("change", [dict(bucket_mb=0.01), dict(exchange="ps")])
+@pytest.mark.parametrize("change", [dict(bucket_bytes=8192), dict(exchange="ps")])
 def test_the_hook_needs_whole_gradient_allreduce(digits, change):
     with pytest.raises(ValueError, match="gradient_sum replaces the allreduce of whole gradients"):
         train(THREADS, replace(CFG, **change), digits, workers=2,

@@ -36,9 +36,9 @@ def test_training_on_engines_equals_serial_and_a_dead_engine_is_named(tmp_path):
         np.testing.assert_allclose(got.params, serial.params, rtol=1e-10, atol=1e-12)
         assert [u["step"] for u in updates[-1]] == [8, 8, 8]  # live data from every engine
         assert len(updates[-1][0]["loss"]) == 8
-        ps = data_parallel.train(engines, replace(cfg, exchange="ps", bucket_mb=None), packed)
+        ps = data_parallel.train(engines, replace(cfg, exchange="ps", bucket_bytes=None), packed)
         np.testing.assert_allclose(ps.params, serial.params, rtol=1e-10, atol=1e-12)
-        two = data_parallel.train(engines, replace(cfg, bucket_mb=0.002), packed, workers=2)
+        two = data_parallel.train(engines, replace(cfg, bucket_bytes=2048), packed, workers=2)
         assert two.n_workers == 2
         np.testing.assert_allclose(two.params, serial.params, rtol=1e-10, atol=1e-12)
         with pytest.raises(RankFailure, match=r"train_worker failed on rank 1:") as lost:

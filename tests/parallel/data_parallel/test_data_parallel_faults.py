@@ -77,8 +77,9 @@ def test_a_dead_worker_stops_the_others_within_the_timeout(data):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(batch_size=0), r"batch_size=0: must be >= 1 \(the global batch, split over the"),
-    (dict(bucket_mb=0), r"bucket_mb \(MB per gradient bucket; None = one piece\)=0: must be > 0"),
-    (dict(bucket_mb=1, exchange="ps"), r"bucket_mb applies to exchange='allreduce' only"),
+    (dict(bucket_bytes=0), r"bucket_bytes=0: must be >= 1 \(bytes per gradient bucket; None = "
+                           r"one piece\)"),
+    (dict(bucket_bytes=1, exchange="ps"), r"bucket_bytes applies to exchange='allreduce' only"),
     (dict(lr_rule="exponential"), r"unknown learning-rate rule 'exponential'; allowed: constant, linear, sqrt, linear_warmup"),
     (dict(exchange="gossip"), r"unknown exchange 'gossip'; allowed: allreduce, ps, average"),
     (dict(algorithm="tree"), r"unknown allreduce algorithm 'tree'; allowed: ring, reduce_bcast"),
@@ -109,10 +110,10 @@ def test_fault_ranks_must_be_workers(data):
 
 
 def test_buckets_cover_the_buffer_from_its_end():
-    buckets = make_buckets(10, 8, 24 / 2**20)  # 3 float64 per bucket
+    buckets = make_buckets(10, 8, 24)  # 3 float64 per bucket
     assert buckets == [slice(7, 10), slice(4, 7), slice(1, 4), slice(0, 1)]
     # layers start at 0, 5, 8: bucket [7, 10) starts in layer 1, so it is ready once layer 1
     # (computed before layer 0) is done; [4, 7) starts in layer 0; none waits for layer 2 alone
     assert ready_after_layer(buckets, [0, 5, 8]) == [[1, 2, 3], [0], []]
-    with pytest.raises(ValueError, match=r"bucket_mb=0: must be > 0 \(megabytes"):
+    with pytest.raises(ValueError, match=r"bucket_bytes=0: must be >= 1 \(bytes, e.g. 262144"):
         make_buckets(10, 8, 0)

@@ -5,7 +5,10 @@ import pytest
 
 from coursekit.comm import run_local
 from coursekit.nn import MLP
-from coursekit.parallel.pipeline import execute, gather, run_pipeline, schedule
+from coursekit.parallel.pipeline import combine_ranks, execute, run_pipeline, schedule
+from coursekit.runner import LocalRunner
+
+THREADS = LocalRunner(8)  # a schedule of p stages runs on the first p ranks
 
 CASES = [("gpipe", 1, 3, 1), ("gpipe", 4, 5, 1), ("1f1b", 2, 2, 1), ("1f1b", 4, 7, 1),
          ("interleaved_1f1b", 2, 4, 2), ("interleaved_1f1b", 2, 2, 4), ("zb_h1", 2, 3, 1),
@@ -23,7 +26,7 @@ def test_pipelined_step_equals_serial_gradient(name, p, m, v, activation, loss):
     mlp = MLP([6, 7, 8, 7, 8, 7, 8, 7, 5], activation, loss, dtype=np.float64, seed=3)  # 8 layers
     X, y = batch()
     want_loss, want = mlp.loss_and_grad(X, y)
-    run = run_pipeline(schedule(name, p, m, chunks=v), mlp, X, y)
+    run = run_pipeline(THREADS, schedule(name, p, m, chunks=v), mlp, X, y)
     assert run.loss == pytest.approx(want_loss, rel=1e-12)
     np.testing.assert_allclose(run.grad, want, rtol=1e-10, atol=1e-13)
 
@@ -43,7 +46,7 @@ def test_measured_timeline_follows_the_schedule(name, p, m, v):
     mlp = MLP([6, 8, 8, 8, 8, 8, 8, 8, 5], dtype=np.float64, seed=0)
     X, y = batch()
     sched = schedule(name, p, m, chunks=v)
-    run = run_pipeline(sched, mlp, X, y)
+    run = run_pipeline(THREADS, sched, mlp, X, y)
     assert min(s.start for spans in run.timeline for s in spans) == 0.0
     for r, spans in enumerate(run.timeline):
         assert [s.action for s in spans] == sched.compute(r)
@@ -55,14 +58,14 @@ def test_gather_adds_disjoint_parts():
     mlp = MLP([6, 8, 5], dtype=np.float64, seed=0)
     X, y = batch()
     parts = run_local(execute, 2, schedule("gpipe", 2, 2), mlp, X, y)
-    run = gather(parts)
+    run = combine_ranks(parts)
     np.testing.assert_array_equal(run.grad, parts[0].grad + parts[1].grad)
 
 
 def test_float32_model_runs_in_float32():
     mlp = MLP([6, 8, 5], seed=0)
     X, y = batch()
-    run = run_pipeline(schedule("1f1b", 2, 4), mlp, X, y)
+    run = run_pipeline(THREADS, schedule("1f1b", 2, 4), mlp, X, y)
     assert run.grad.dtype == np.float32
     np.testing.assert_allclose(run.grad, mlp.loss_and_grad(X, y)[1], rtol=1e-4, atol=1e-6)
 
@@ -72,7 +75,7 @@ def test_recomputation_gives_the_same_gradient_for_less_memory_and_one_more_forw
     mlp = MLP([6, 7, 8, 7, 8, 7, 8, 7, 5], dtype=np.float64, seed=3)  # 8 layers
     X, y = batch()
     sched = schedule(name, p, m, chunks=v)
-    kept, again = run_pipeline(sched, mlp, X, y), run_pipeline(sched, mlp, X, y, recompute=True)
+    kept, again = run_pipeline(THREADS, sched, mlp, X, y), run_pipeline(THREADS, sched, mlp, X, y, recompute=True)
     np.testing.assert_array_equal(again.grad, kept.grad)  # the same numbers, bit for bit
     assert again.loss == kept.loss
     layers_per_rank = 8 // p
@@ -91,8 +94,8 @@ def test_recomputation_memory_follows_the_formula_for_gpipe():
     mlp = MLP(widths, dtype=np.float64, seed=3)
     X, y = batch(n=16)
     sched = schedule("gpipe", 1, 4)
-    kept = run_pipeline(sched, mlp, X, y).peak_activation_bytes[0]
-    again = run_pipeline(sched, mlp, X, y, recompute=True).peak_activation_bytes[0]
+    kept = run_pipeline(THREADS, sched, mlp, X, y).peak_activation_bytes[0]
+    again = run_pipeline(THREADS, sched, mlp, X, y, recompute=True).peak_activation_bytes[0]
     assert kept == 16 * sum(widths) * 8
     assert again == 16 * widths[0] * 8 + 4 * sum(widths[1:]) * 8
 
@@ -100,4 +103,4 @@ def test_recomputation_memory_follows_the_formula_for_gpipe():
 def test_recompute_must_be_a_bool():
     mlp = MLP([6, 8, 5], dtype=np.float64, seed=0)
     with pytest.raises(TypeError, match="recompute must be True or False"):
-        run_pipeline(schedule("gpipe", 1, 2), mlp, *batch(), recompute="yes")
+        run_pipeline(THREADS, schedule("gpipe", 1, 2), mlp, *batch(), recompute="yes")
