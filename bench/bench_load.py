@@ -8,8 +8,8 @@ Four sections (``--only`` picks some); each prints a markdown table, ``--json FI
 saves every number:
 
 * ``messages``: a long loop of small messages (8-byte ``sendrecv`` and 2-rank ring
-  ``allreduce``, alternating) on 2 ``run_local`` ThreadComm ranks (they trace by default)
-  and on 2 ``run_procs`` processes (ZmqComm, untraced by default), with tracing on and off.
+  ``allreduce``, alternating) on 2 ``run_local`` ThreadComm ranks and on 2 ``run_procs``
+  processes (ZmqComm), with tracing off (every backend's default) and on.
   RSS (per process: the 2 ThreadComm ranks share one) is sampled as the loop runs; the
   table gives the growth per 100k messages each rank sent (least-squares slope over the
   second half of the loop) and the trace length at the end. A bounded trace shows a slope
@@ -177,10 +177,10 @@ def section_messages(args) -> list[dict]:
     n_thread = 150_000 if args.quick else 300_000
     n_proc = 30_000 if args.quick else 200_000
     runs = [
-        ("ThreadComm (run_local), tracing default", "thread", n_thread, None),
-        ("ThreadComm (run_local), tracing off", "thread", n_thread, False),
-        ("ZmqComm (run_procs), tracing default", "procs", n_proc, None),
-        ("ZmqComm (run_procs), trace=True", "procs", n_proc, True),
+        ("ThreadComm (run_local), tracing off (default)", "thread", n_thread, None),
+        ("ThreadComm (run_local), tracing on", "thread", n_thread, True),
+        ("ZmqComm (run_procs), tracing off (default)", "procs", n_proc, None),
+        ("ZmqComm (run_procs), tracing on", "procs", n_proc, True),
     ]
     rows = []
     for name, kind, n, tracing in runs:

@@ -19,6 +19,7 @@ SHARED = ("gather", "allgather")  # n is the gathered total: p shares of `items`
 def traced(collective, algorithm, p, items, root, check=False):
     """Run one collective on p ThreadComm ranks with float32 data; return the traces."""
     def body(comm):
+        comm.tracing = True
         x = np.arange(items, dtype=np.float32)
         kw = {"root": root} if collective in ROOTED else {}
         C.FUNCTIONS[collective](comm, x, algorithm=algorithm, check=check, **kw)

@@ -75,7 +75,9 @@ class Comm:
     """Point-to-point messaging between ``size`` ranks (mpi4py-like names).
 
     Every blocking call waits at most ``timeout`` seconds and then raises CommTimeout.
-    ``trace=True`` records every user message in ``self.trace`` (see ``trace.Message``).
+    Tracing is one switch on every backend, off by default: ``trace=True`` (or
+    ``comm.tracing = True``, or a ``with trace.recording(comm) as messages:`` block)
+    records every user message in ``self.trace`` (see ``trace.Message``).
     A Comm belongs to one thread: do not call it from several threads at once.
     """
 

@@ -15,8 +15,8 @@ def run_local(fn, n: int, *args, timeout: float = 30.0, **kwargs) -> list:
 
     If a rank raises, every other rank is aborted (its blocked call raises CommError at
     once) and the first exception is re-raised with ``rank r of n`` added to its message.
-    ``timeout`` is each comm's timeout in seconds. Ranks trace by default: look at
-    ``comm.trace`` inside ``fn`` or return it.
+    ``timeout`` is each comm's timeout in seconds. Ranks trace when asked, as on every
+    backend: ``with trace.recording(comm) as messages:`` inside ``fn``, then ``messages()``.
     """
     if not callable(fn):
         raise TypeError(f"run_local needs a function fn(comm, ...), got {type(fn).__name__}")

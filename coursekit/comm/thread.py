@@ -45,16 +45,17 @@ class _World:
 
 class ThreadComm(QueuedComm):
     """One rank of an in-process world. Build a world with :meth:`world` or use
-    :func:`coursekit.comm.run_local`. Traces by default, into a bounded
+    :func:`coursekit.comm.run_local`. Traces like every backend: when asked (``trace=True``,
+    ``comm.tracing = True`` or ``with trace.recording(comm)``), into a bounded
     :class:`~coursekit.comm.trace.Trace` (the newest ``trace.MAX_MESSAGES`` messages)."""
 
-    def __init__(self, world: _World, rank: int, *, timeout: float = 30.0, trace: bool = True):
+    def __init__(self, world: _World, rank: int, *, timeout: float = 30.0, trace: bool = False):
         super().__init__(rank, world.size, timeout=timeout, trace=trace)
         self._world = world
         self._payload_part = None
 
     @classmethod
-    def world(cls, n: int, *, timeout: float = 30.0, trace: bool = True) -> list["ThreadComm"]:
+    def world(cls, n: int, *, timeout: float = 30.0, trace: bool = False) -> list["ThreadComm"]:
         """``n`` connected ranks (use each from its own thread)."""
         n = checks.integer(n, "n", at_least=1, hint=" (the number of ranks: a positive int)")
         world = _World(n)

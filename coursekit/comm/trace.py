@@ -5,7 +5,8 @@ this rank sent or received (internal traffic such as ``barrier`` is not recorded
 ``coursekit.viz`` draws them as a per-rank timeline and ``coursekit.costmodel`` counts
 messages and bytes from them. Every comm's trace is a bounded :class:`Trace` (the newest
 :data:`MAX_MESSAGES`, with a count of the dropped ones): a long traced run must not grow
-without bound (~40 MB per 100k messages per rank otherwise; ThreadComm traces by default).
+without bound (~40 MB per 100k messages per rank otherwise). Every backend traces only
+when asked: ``trace=True``, ``comm.tracing = True`` or :func:`recording`.
 
 Clock: :func:`now` is ``time.monotonic()``, i.e. ``CLOCK_MONOTONIC`` on Linux (and the
 system-wide monotonic clock on macOS and Windows). It is one clock for the whole machine,

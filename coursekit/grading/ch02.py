@@ -20,6 +20,7 @@ import numpy as np
 
 from coursekit import costmodel
 from coursekit.comm import run_local
+from coursekit.comm.trace import recording
 from coursekit.grading.core import CheckFailure, check
 
 RANKS = range(1, 7)
@@ -39,7 +40,8 @@ def _data(p, n, seed):
 def _run(fn, p, make_args):
     """Run ``fn(comm, *make_args(rank))`` on p ranks; return (results, traces)."""
     def body(comm):
-        return fn(comm, *make_args(comm.rank)), comm.trace
+        with recording(comm) as messages:
+            return fn(comm, *make_args(comm.rank)), list(messages())
     out = run_local(body, p, timeout=TIMEOUT)
     return [o[0] for o in out], [o[1] for o in out]
 

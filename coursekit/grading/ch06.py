@@ -20,11 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from coursekit.comm import run_local
+from coursekit.comm.trace import recording
 from coursekit.grading.core import CheckFailure, check
 from coursekit.parallel.compression import Exchanged
 from coursekit.parallel.compression.experiment import Setup, train
-from coursekit.runner import LocalRunner
 from coursekit.parallel.compression.sparsification import keep_count
+from coursekit.runner import LocalRunner
 
 TIMEOUT = 5.0
 STEPS = 4
@@ -41,16 +42,17 @@ def _steps(fn, p, n, ratio, grads):
     """Run STEPS exchanges on p ranks; per rank: [(x, mean, new_residual)], bytes sent."""
     def body(comm):
         residual, out = np.zeros(n), []
-        for g in grads[comm.rank]:
-            x = g + residual
-            result = fn(comm, g.copy(), residual.copy(), ratio)
-            try:
-                mean, residual = (np.asarray(v, dtype=np.float64) for v in result)
-            except (TypeError, ValueError):
-                raise CheckFailure("topk_ef_exchange must return two arrays (mean, "
-                                   f"new_residual); got {result!r}") from None
-            out.append((x, mean, residual))
-        return out, sum(m.nbytes for m in comm.trace if m.op == "send")
+        with recording(comm) as messages:
+            for g in grads[comm.rank]:
+                x = g + residual
+                result = fn(comm, g.copy(), residual.copy(), ratio)
+                try:
+                    mean, residual = (np.asarray(v, dtype=np.float64) for v in result)
+                except (TypeError, ValueError):
+                    raise CheckFailure("topk_ef_exchange must return two arrays (mean, "
+                                       f"new_residual); got {result!r}") from None
+                out.append((x, mean, residual))
+            return out, sum(m.nbytes for m in messages() if m.op == "send")
     return run_local(body, p, timeout=TIMEOUT)
 
 

@@ -45,6 +45,7 @@ def _serial(X, y):
 
 def _rank(comm, step_fn, X, y):
     from coursekit.collectives.tags import FINGERPRINT_TAG
+    from coursekit.comm.trace import recording
     from coursekit.nn import MLP
     from coursekit.nn.optim import make_optimizer
     from coursekit.parallel.zero import ShardLayout
@@ -57,10 +58,10 @@ def _rank(comm, step_fn, X, y):
         mine = np.array_split(rows, comm.size)[comm.rank]
         _, grad = mlp.loss_and_grad(X[mine], y[mine])
         grad *= len(mine) / BATCH  # this rank's share of the global batch's mean gradient
-        mark = comm.trace.total
-        params = step_fn(comm, grad, shard, optimizer, layout)
-        sent.append(sum(m.nbytes for m in comm.trace.since(mark)
-                        if m.op == "send" and m.tag != FINGERPRINT_TAG))
+        with recording(comm) as messages:
+            params = step_fn(comm, grad, shard, optimizer, layout)
+            sent.append(sum(m.nbytes for m in messages()
+                            if m.op == "send" and m.tag != FINGERPRINT_TAG))
         if not isinstance(params, np.ndarray) or params.shape != mlp.params.shape:
             raise CheckFailure(f"zero2_step must return the whole flat weights, an array of "
                                f"shape {mlp.params.shape}; got {getattr(params, 'shape', params)!r}")

@@ -8,6 +8,7 @@ from coursekit import checks
 from coursekit.collectives import FUNCTIONS
 from coursekit.collectives.hierarchical import hierarchical_allreduce
 from coursekit.comm import run_local
+from coursekit.comm.trace import recording
 
 from .replay import programs_from_traces
 
@@ -16,11 +17,12 @@ __all__ = ["trace_collective"]
 
 def _run(comm, collective, algorithm, items, ranks_per_node):
     x = np.ones(items, dtype=np.float32)
-    if algorithm == "hierarchical":
-        hierarchical_allreduce(comm, x, ranks_per_node=ranks_per_node, check=False)
-    else:
-        FUNCTIONS[collective](comm, x, algorithm=algorithm, check=False)
-    return list(comm.trace)
+    with recording(comm) as messages:
+        if algorithm == "hierarchical":
+            hierarchical_allreduce(comm, x, ranks_per_node=ranks_per_node, check=False)
+        else:
+            FUNCTIONS[collective](comm, x, algorithm=algorithm, check=False)
+        return list(messages())
 
 
 def trace_collective(p: int, nbytes: int, algorithm: str = "ring", *,

@@ -48,6 +48,7 @@ def test_traffic_per_rank_matches_the_three_phases():
     p, k, n_items = 8, 4, 64
 
     def fn(comm):
+        comm.tracing = True
         hierarchical_allreduce(comm, np.ones(n_items, np.float32), ranks_per_node=k,
                                check=False)
         return list(comm.trace)

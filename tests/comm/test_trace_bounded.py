@@ -1,4 +1,4 @@
-"""Every comm's trace stays bounded in a long run (ThreadComm traces by default).
+"""Every comm's trace stays bounded in a long run.
 
 bench/bench_load.py measured an unbounded trace at ~40 MB per 100k messages per rank.
 """
@@ -59,7 +59,8 @@ def test_clear_pickle_and_unbounded():
 
 
 def test_every_backend_traces_into_a_bounded_trace():
-    comm = ThreadComm.world(2)[0]
+    assert not ThreadComm.world(2)[0].tracing  # off by default, as on ZmqComm and MpiComm
+    comm = ThreadComm.world(2, trace=True)[0]
     assert comm.tracing
     assert isinstance(comm.trace, Trace)
     assert comm.trace.maxlen == MAX_MESSAGES
@@ -73,6 +74,7 @@ def _trace_kind(comm):
 
 
 def _chatter(comm, n):
+    comm.tracing = True
     x, buf = np.zeros(1, np.float32), np.empty(1, np.float32)
     peer = 1 - comm.rank
     for i in range(n):

@@ -6,6 +6,7 @@ import pytest
 
 from coursekit import costmodel
 from coursekit.comm import run_local
+from coursekit.comm.trace import recording
 from coursekit.parallel.compression import (COMPRESSORS, ErrorFeedback, PowerSGD, Sign, TopK,
                                             exchange, make_compressor, predict_seconds)
 from coursekit.parallel.compression.experiment import Setup, train
@@ -27,10 +28,9 @@ def build(name, rank, value=None):
 
 def run_exchange(comm, name, value=None, dtype=np.float64):
     (g,) = grads_of(comm.rank, dtype=dtype)
-    comm.trace.clear()
-    out = exchange(comm, g, build(name, comm.rank, value))
-    sent = sum(m.nbytes for m in comm.trace if m.op == "send")
-    return out, sent
+    with recording(comm) as messages:
+        out = exchange(comm, g, build(name, comm.rank, value))
+        return out, sum(m.nbytes for m in messages() if m.op == "send")
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 5])
