@@ -27,7 +27,7 @@ import time
 
 from coursekit import checks, live
 
-__all__ = ["ClusterRunner", "LocalRunner", "RankFailure", "Run", "Runner", "as_runner"]
+__all__ = ["ClusterRunner", "LocalRunner", "RankFailure", "Run", "Runner"]
 
 #: Errors a rank raises only because another rank stopped answering.
 KNOCK_ON_ERRORS = ("CommTimeout", "CommError")
@@ -79,7 +79,7 @@ class Runner:
     #: seconds :meth:`run` waits for a run when the caller gives no ``timeout``
     timeout: float | None
 
-    def ranks(self, ranks) -> int:
+    def check_ranks(self, ranks) -> int:
         """``ranks`` checked against this runner (None: all of its ranks)."""
         if ranks is None:
             return self.size
@@ -188,7 +188,7 @@ class LocalRunner(Runner):
         return f"LocalRunner({self.size})"
 
     def start(self, fn, *args, ranks: int | None = None, may_die=(), **kwargs) -> Run:
-        k = self.ranks(ranks)
+        k = self.check_ranks(ranks)
         return _LocalRun(fn, k, args, kwargs, self.comm_timeout, _name(fn))
 
     def __repr__(self) -> str:
@@ -292,22 +292,11 @@ class ClusterRunner(Runner):
         reset_comm(self.cluster)
 
     def start(self, fn, *args, ranks: int | None = None, may_die=(), **kwargs) -> Run:
-        return _EngineRun(self.cluster, fn, self.ranks(ranks), args, kwargs, may_die, _name(fn))
+        k = self.check_ranks(ranks)
+        return _EngineRun(self.cluster, fn, k, args, kwargs, may_die, _name(fn))
 
     def __repr__(self) -> str:
         return f"<ClusterRunner: {self.size} engines>"
-
-
-def as_runner(where, size: int | None = None) -> Runner:
-    """A runner for ``where``: a Runner as it is, a cluster's engines, or (None) ``size``
-    ThreadComm ranks in this process."""
-    if isinstance(where, Runner):
-        return where
-    if where is None:
-        if size is None:
-            raise ValueError("give a runner, a cluster, or the number of local ranks")
-        return LocalRunner(size)
-    return ClusterRunner(where)
 
 
 def _name(fn) -> str:

@@ -4,7 +4,7 @@ import pytest
 from ipyparallel import interactive  # engines get these test functions by value
 
 from coursekit.comm import setup_comm
-from coursekit.runner import ClusterRunner, LocalRunner, RankFailure, as_runner
+from coursekit.runner import ClusterRunner, LocalRunner, RankFailure
 
 
 @interactive
@@ -52,7 +52,6 @@ def test_a_bad_number_of_ranks_is_refused_before_anything_runs(ranks, error, wor
     (lambda: LocalRunner("2"), TypeError, "size must be an integer"),
     (lambda: ClusterRunner(object()), TypeError, "ClusterRunner needs a started cluster"),
     (lambda: LocalRunner(2).run("shape"), TypeError, "a runner runs a function fn"),
-    (lambda: as_runner(None), ValueError, "give a runner, a cluster, or the number"),
 ])
 def test_bad_runner_arguments_say_what_is_allowed(make, error, words):
     with pytest.raises(error, match=words):
@@ -81,12 +80,6 @@ def test_start_returns_a_run_to_follow_later():
     run = LocalRunner(2).start(shape, "later")
     assert run.wait(30) and run.ready()
     assert run.get() == [(0, 2, "later"), (1, 2, "later")]
-
-
-def test_as_runner_takes_a_runner_as_it_is_and_none_as_local_ranks():
-    runner = LocalRunner(3)
-    assert as_runner(runner) is runner
-    assert as_runner(None, 2).size == 2
 
 
 @interactive
