@@ -40,7 +40,8 @@ from coursekit.parallel.data_parallel import DPConfig
 from coursekit.parallel.data_parallel import train as train_dp
 from coursekit.parallel.data_parallel.exchange import predict_comm
 from coursekit.parallel.data_parallel.lr_rules import LRSchedule, scaled_lr
-from coursekit.parallel.pipeline import run_pipeline, schedule, simulate, stage_layers, validate
+from coursekit.parallel.pipeline import (F, I, Action, Schedule, run_pipeline, schedule, simulate,
+                                         stage_layers, validate)
 from coursekit.parallel.tensor_parallel import TensorParallelMLP
 from coursekit import sim
 from coursekit.sim import resnet50
@@ -488,8 +489,12 @@ CHAPTER_5 = [
     bad(schedule, "gpipe", 4, 10**9, names="microbatches", allowed="at most"),
     bad(schedule, "gpipe", 10**9, 4, names="stages", allowed="at most"),
     *[bad(simulate, GPIPE, **{name: value}, names=name, allowed=">= 0")
-      for name in ("t_f", "t_b", "t_w", "p2p") for value in (-1.0, NAN, INF, "1")],
-    bad(simulate, GPIPE, t_f=0, t_b=0, names="t_f, t_b and t_w", allowed="duration"),
+      for name in ("t_f", "t_i", "t_w", "p2p") for value in (-1.0, NAN, INF, "1")],
+    bad(simulate, GPIPE, t_f=0, t_i=0, names="t_f, t_i and t_w", allowed="duration"),
+    bad(validate, Schedule.from_compute("x", [[F(0, 0), Action("b", 0, 0)]], 1), names="'b'",
+        allowed=re.escape("B (full backward: input and weight gradient), I (input gradient only)")),
+    bad(validate, Schedule.from_compute("x", [[F(0, 0), I(0, 0)]], 1), names="I0.0 has no W0.0",
+        allowed="add W0.0 after I0.0, or use B0.0"),
     bad(simulate, "gpipe", names="schedule", allowed="Schedule"),
     bad(validate, [[]], names="schedule", allowed="Schedule"),
     bad(stage_layers, 4, 0, names="n_stages", allowed=">= 1"),
@@ -678,8 +683,8 @@ CHAPTER_7 = [
     bad(sim.trace_collective, 2, 16, collective="allsum", names="collective",
         allowed="allreduce"),
     bad(sim.replay_schedule, GPIPE, NET, names="pipeline ranks", allowed="must match"),
-    bad(sim.replay_schedule, GPIPE, sim.Network(2, 1, 1e-6, 1e-9, 1e-5, 1e-8), t_b=-1.0,
-        names="t_b", allowed=">= 0"),
+    bad(sim.replay_schedule, GPIPE, sim.Network(2, 1, 1e-6, 1e-9, 1e-5, 1e-8), t_i=-1.0,
+        names="t_i", allowed=">= 0"),
     bad(sim.programs_from_schedule, GPIPE, activation_bytes=-1, names="activation_bytes",
         allowed=">= 0"),
     bad(sim.programs_from_schedule, GPIPE, activation_bytes=1.5, names="activation_bytes",

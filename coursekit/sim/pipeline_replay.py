@@ -3,8 +3,9 @@
 :func:`coursekit.parallel.pipeline.simulate` plays a :class:`~coursekit.parallel.pipeline.Schedule`
 with one fixed cost ``p2p`` per message. Here the same schedule becomes per-rank programs
 for :func:`coursekit.sim.replay` (the event-level replay of :mod:`.replay`): compute actions
-become :class:`~.replay.Compute` with the durations :func:`simulate` uses (F ``t_f/v``, B
-``t_b/v`` or ``(t_b + t_w)/v`` when the schedule has no W, W ``t_w/v``), and every
+become :class:`~.replay.Compute` with the durations :func:`simulate` uses
+(:func:`~coursekit.parallel.pipeline.simulate.action_times`: F ``t_f/v``, I ``t_i/v``,
+W ``t_w/v``, B = I + W ``(t_i + t_w)/v``), and every
 ``SEND_F`` / ``SEND_B`` / ``RECV_F`` / ``RECV_B`` becomes a :class:`~.replay.Send` /
 :class:`~.replay.Recv` of ``activation_bytes`` between the ranks holding the two stages. A
 message then costs ``alpha + n beta`` of the link it crosses (inside a node or between nodes,
@@ -22,31 +23,27 @@ from dataclasses import dataclass
 
 from coursekit import checks
 from coursekit.parallel.pipeline import Schedule, validate
+from coursekit.parallel.pipeline.simulate import action_times
 
 from .network import Network
 from .replay import Compute, Recv, Replay, Send, replay
 
 __all__ = ["PipelineReplay", "programs_from_schedule", "replay_schedule"]
 
-_KIND = {"F": "forward", "B": "backward", "W": "backward"}  # coursekit.viz colours
+# each letter's coursekit.viz colour
+_KIND = {"F": "forward", "B": "backward", "I": "input_grad", "W": "weight_grad"}
 
 
 def _tag(direction: int, sender_stage: int, mb: int, sched: Schedule) -> int:
     return (direction * sched.n_stages + sender_stage) * sched.microbatches + mb
 
 
-def programs_from_schedule(sched: Schedule, t_f: float = 1.0, t_b: float = 1.0,
+def programs_from_schedule(sched: Schedule, t_f: float = 1.0, t_i: float = 1.0,
                            t_w: float = 0.0, activation_bytes: int = 0) -> list[list]:
     """One replay program per pipeline rank (the schedule is validated first)."""
-    t_f, t_b, t_w = (checks.real(value, name, at_least=0, hint=" (a time)") for name, value
-                     in (("t_f", t_f), ("t_b", t_b), ("t_w", t_w)))
-    if t_f + t_b + t_w == 0:
-        raise ValueError("t_f, t_b and t_w are all 0: give the actions some duration")
     n = checks.integer(activation_bytes, "activation_bytes", at_least=0)
     validate(sched)
-    v = sched.chunks
-    seconds = {"F": t_f / v, "B": (t_b if sched.split_backward else t_b + t_w) / v,
-               "W": t_w / v}
+    seconds = action_times(t_f, t_i, t_w, sched.chunks)
     programs = []
     for acts in sched.actions:
         ops = []
@@ -77,16 +74,17 @@ class PipelineReplay:
     replay: Replay
 
 
-def replay_schedule(sched: Schedule, net: Network, t_f: float = 1.0, t_b: float = 1.0,
+def replay_schedule(sched: Schedule, net: Network, t_f: float = 1.0, t_i: float = 1.0,
                     t_w: float = 0.0, activation_bytes: int = 0) -> PipelineReplay:
-    """Replay ``sched`` on ``net`` (one network rank per pipeline rank, node-major)."""
+    """Replay ``sched`` on ``net`` (one network rank per pipeline rank, node-major); times
+    as in :func:`~coursekit.parallel.pipeline.simulate` (B lasts ``t_i + t_w``)."""
     checks.instance(sched, "sched", Schedule)
     checks.instance(net, "net", Network)
     if net.p != sched.stages:
         raise ValueError(f"the schedule has {sched.stages} pipeline ranks but the network has "
                          f"{net.p} ({net.nodes} nodes x {net.ranks_per_node}); they must match")
-    result = replay(programs_from_schedule(sched, t_f, t_b, t_w, activation_bytes), net)
+    result = replay(programs_from_schedule(sched, t_f, t_i, t_w, activation_bytes), net)
     total = result.makespan
-    busy = sum(b - a for _, kind, a, b in result.spans if kind in ("forward", "backward"))
+    busy = sum(b - a for _, kind, a, b in result.spans if kind in _KIND.values())
     bubble = 1 - busy / (sched.stages * total) if total > 0 else 0.0
     return PipelineReplay(total, float(bubble), result)

@@ -1,8 +1,10 @@
 """Draw a pipeline schedule's per-rank timeline (simulated or measured).
 
-Bars use the course colours (:mod:`.style`): F "forward", B "backward", W "weight_grad"
-(hatched, so it reads in grey too); each bar is labelled with its micro-batch; chunks of an
-interleaved schedule get lighter shades (chunk c of v at opacity 1 - c/(2v)); the bubble
+Bars use the course colours (:mod:`.style`), one per action letter
+(:mod:`coursekit.parallel.pipeline.actions`): F "forward", B "backward" (the full
+backward), I "input_grad" and W "weight_grad" (the two halves of a split backward, hatched
+differently so they read in grey too); each bar is labelled with its micro-batch; chunks of
+an interleaved schedule get lighter shades (chunk c of v at opacity 1 - c/(2v)); the bubble
 shows as "idle" behind the bars.
 """
 
@@ -14,7 +16,9 @@ from matplotlib.patches import Patch
 from .style import color
 
 _BAR = 0.7
-_STYLE = {"F": ("forward", None), "B": ("backward", None), "W": ("weight_grad", "///")}
+_STYLE = {"F": ("forward", None), "B": ("backward", None), "I": ("input_grad", "..."),
+          "W": ("weight_grad", "///")}
+_LABEL = {"F": "forward F", "B": "full backward B", "I": "input grad I", "W": "weight grad W"}
 
 
 def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = "time units",
@@ -41,10 +45,9 @@ def plot_schedule(timeline, *, ax=None, title: str | None = None, unit: str = "t
             if labels and s.end - s.start > end / 150:
                 ax.text((s.start + s.end) / 2, r, str(s.action.mb), ha="center", va="center",
                         fontsize=7, color="white")
-    kinds = sorted({s.action.kind for spans in timeline for s in spans}, key="FBW".index)
-    names = {"F": "forward F", "B": "backward B", "W": "weight grad W"}
+    kinds = sorted({s.action.kind for spans in timeline for s in spans}, key=list(_STYLE).index)
     ax.legend([Patch(facecolor=color(_STYLE[k][0]), hatch=_STYLE[k][1]) for k in kinds]
-              + [Patch(facecolor=color("idle"))], [names[k] for k in kinds] + ["idle (bubble)"],
+              + [Patch(facecolor=color("idle"))], [_LABEL[k] for k in kinds] + ["idle (bubble)"],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.set_ylim(p - 0.5, -0.5)

@@ -10,8 +10,9 @@ from __future__ import annotations
 COLORS = {
     "compute": "#4C72B0",    # generic computation
     "forward": "#4C72B0",    # forward pass (a kind of compute)
-    "backward": "#8172B3",   # backward pass (B: the input gradient, or all of it)
-    "weight_grad": "#DA8BC3",  # zero-bubble W: the weight gradient, split from B
+    "backward": "#8172B3",   # backward pass (B: the full backward, input and weight gradient)
+    "input_grad": "#937860",   # I: the input gradient only (a split backward's first half)
+    "weight_grad": "#DA8BC3",  # W: the weight gradient only (its second half, which can wait)
     "optimizer": "#64B5CD",  # parameter update
     "send": "#DD8452",       # handing a message to the transport
     "recv": "#55A868",       # waiting for / copying in a message

@@ -21,7 +21,8 @@ __all__ = ["PipelinePanel"]
 
 
 class PipelinePanel(Panel):
-    """Controls: schedule, stages p, micro-batches m, chunks v, times of F / B / W, p2p cost.
+    """Controls: schedule, stages p, micro-batches m, chunks v, times of F / I / W (a full
+    backward B lasts T_I + T_W), p2p cost.
 
     ``panel.result`` is the latest :class:`~coursekit.parallel.pipeline.SimResult` (None
     after an impossible setting); ``panel.status`` says bubble, time and memory or the error.
@@ -39,18 +40,18 @@ class PipelinePanel(Panel):
         self.microbatches = slider(widgets.IntSlider, microbatches, 1, 32, 1, "micro-batches m")
         self.chunks = slider(widgets.IntSlider, 1, 1, 4, 1, "chunks v (interl.)")
         self.t_f = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_F [units]")
-        self.t_b = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_B [units]")
+        self.t_i = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_I [units]")
         self.t_w = slider(widgets.FloatSlider, 1.0, 0.0, 3.0, 0.1, "T_W [units]")
         self.p2p = slider(widgets.FloatSlider, 0.0, 0.0, 1.0, 0.05, "p2p [units]")
         super().__init__([self.name, self.stages, self.microbatches, self.chunks,
-                          self.t_f, self.t_b, self.t_w, self.p2p], columns=2, auto=True)
+                          self.t_f, self.t_i, self.t_w, self.p2p], columns=2, auto=True)
         self.run()
 
     def compute(self):
         """Build and simulate the schedule the controls describe."""
         chunks = self.chunks.value if self.name.value == "interleaved_1f1b" else 1
         sched = schedule(self.name.value, self.stages.value, self.microbatches.value, chunks)
-        return simulate(sched, self.t_f.value, self.t_b.value, self.t_w.value, self.p2p.value)
+        return simulate(sched, self.t_f.value, self.t_i.value, self.t_w.value, self.p2p.value)
 
     def show(self, r) -> None:
         peaks = ", ".join(f"{x:g}" for x in r.peak_activations)

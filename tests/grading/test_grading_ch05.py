@@ -1,7 +1,9 @@
 """The chapter-5 check passes 1F1B and fails GPipe, impossible orders and stubs."""
 
 from coursekit.grading.ch05 import check_one_f_one_b
-from coursekit.parallel.pipeline import B, F, schedule
+import pytest
+
+from coursekit.parallel.pipeline import B, F, I, Action, W, schedule
 
 
 def reference(p, m):
@@ -36,6 +38,26 @@ def test_check_rejects_deadlock():
         return [[F(0, 0), B(0, 0), F(0, 1), B(0, 1)] + reference(p, m)[0][4:], rank1]
     result = check_one_f_one_b(deadlock, quiet=True)
     assert result.status == "fail" and "deadlock" in result.message
+
+
+ALLOWED = "1F1B uses only F (forward) and B (full backward: input and weight gradient)"
+
+
+@pytest.mark.parametrize("letter,meaning", [(I, "input gradient only"), (W, "weight gradient only")])
+def test_check_rejects_a_split_backward_naming_the_letters_and_what_they_compute(letter, meaning):
+    def split(p, m):
+        return [[letter(a.stage, a.mb) if a.kind == "B" else a for a in acts] for acts in reference(p, m)]
+    result = check_one_f_one_b(split, quiet=True)
+    assert result.status == "fail"
+    assert f"{letter(0, 0)} has the letter {letter(0, 0).kind!r} ({meaning}); {ALLOWED}; I then W split" \
+        in result.message
+
+
+def test_check_rejects_an_unknown_letter():
+    def backward_as_b(p, m):  # lower case: not an action letter
+        return [[Action("b", a.stage, a.mb) if a.kind == "B" else a for a in acts] for acts in reference(p, m)]
+    result = check_one_f_one_b(backward_as_b, quiet=True)
+    assert result.status == "fail" and f"b0.0 has the letter 'b' (no action has it); {ALLOWED}" in result.message
 
 
 def test_check_reports_garbage_and_stubs():

@@ -23,10 +23,19 @@ def test_free_links_give_simulate_at_p2p_zero(name, times):
     assert got.bubble_fraction == pytest.approx(expected.bubble_fraction, abs=1e-9)
 
 
+def test_each_letter_replays_in_its_own_colour():
+    spans = replay_schedule(sched_for("zb_h1"), Network(2, 2, **FREE), 1.0, 1.0, 1.0).replay.spans
+    computed = {kind for _, kind, _, _ in spans} - {"send", "idle"}
+    assert computed == {"forward", "input_grad", "weight_grad"}
+    spans = replay_schedule(sched_for("1f1b"), Network(2, 2, **FREE)).replay.spans
+    assert {kind for _, kind, _, _ in spans} - {"send", "idle"} == {"forward", "backward"}
+
+
 def test_two_stages_one_microbatch_by_hand():
-    """F0, message, F1, B1, message back, B0: 2 t_f + 2 t_b + 2 (alpha + n beta)."""
+    """F0, message, F1, B1, message back, B0: 2 t_f + 2 (t_i + t_w) + 2 (alpha + n beta)."""
     net = Network(1, 2, 1e-6, 1e-9, 1e-3, 1e-8)  # two nodes: the hop is inter-node
-    r = replay_schedule(schedule("gpipe", 2, 1), net, t_f=0.01, t_b=0.02, activation_bytes=1000)
+    r = replay_schedule(schedule("gpipe", 2, 1), net, t_f=0.01, t_i=0.015, t_w=0.005,
+                        activation_bytes=1000)
     assert r.total_time == pytest.approx(2 * 0.01 + 2 * 0.02 + 2 * (1e-3 + 1000 * 1e-8))
 
 
@@ -50,8 +59,8 @@ def test_every_message_is_matched():
 def test_bad_input():
     with pytest.raises(ValueError, match="must match"):
         replay_schedule(sched_for("gpipe"), Network(2, 1, **FREE))
-    with pytest.raises(ValueError, match="t_b"):
-        programs_from_schedule(sched_for("gpipe"), t_b=-1.0)
+    with pytest.raises(ValueError, match="t_i"):
+        programs_from_schedule(sched_for("gpipe"), t_i=-1.0)
     with pytest.raises(ValueError, match="all 0"):
         programs_from_schedule(sched_for("gpipe"), 0.0, 0.0, 0.0)
     with pytest.raises(ValueError, match="activation_bytes"):

@@ -9,9 +9,10 @@ the gradients of all micro-batches simply add up to the whole batch's gradient:
 
     dC/dtheta = sum_i (n_i / N) dC_i/dtheta      (C_i: mean loss of micro-batch i)
 
-F runs each layer's ``forward``; an unsplit B runs each layer's fused ``backward`` kernel;
-a split backward (ZB-H1) does B: delta = G * sigma'(A), G_prev = delta W^T, and later
-W: dW += A_prev^T delta, db += sum(delta), in NumPy (layers compute Z = A_prev W + b).
+Each action runs what its letter says (:mod:`.actions`): F each layer's ``forward``; B
+(full backward) each layer's fused ``backward`` kernel; I (input gradient) delta =
+G * sigma'(A), G_prev = delta W^T, keeping delta; W (weight gradient) dW += A_prev^T delta,
+db += sum(delta), from I's delta; I and W in NumPy (layers compute Z = A_prev W + b).
 
 Activation recomputation (``recompute=True``, "gradient checkpointing"): F keeps only each
 stage's input A^0 of a micro-batch, not the outputs of the stage's k layers; B runs the
@@ -33,6 +34,7 @@ from coursekit.collectives.tags import TAG_BASE
 from coursekit.nn import activations, reference
 from coursekit.nn.mlp import MLP
 
+from .actions import BACKWARD_INPUT
 from .play import Span
 from .schedule_type import Schedule
 from .validate import validate
@@ -102,7 +104,6 @@ def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> 
     N = len(X)
     rows = np.array_split(np.arange(N), m)
     loss_fn = reference.softmax_xent if mlp.loss == "softmax_xent" else reference.mse
-    split = schedule.split_backward
     rank = comm.rank
     grad = np.zeros_like(mlp.params)
     inputs, out_grads, acts, deltas = {}, {}, {}, {}  # keyed by (stage, micro-batch)
@@ -134,7 +135,8 @@ def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> 
         inputs[s + 1, i] = a[-1]
         return 0.0
 
-    def backward(s, i):
+    def backward(s, i, weights):
+        """B (``weights``: input and weight gradients) or I (input gradient, keeps delta)."""
         g = out_grads.pop((s, i))
         if recompute:
             acts[s, i] = stage_forward(s, acts[s, i][0])
@@ -143,17 +145,17 @@ def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> 
         keep = []
         for k, l in reversed(list(enumerate(stages[s]))):
             layer, need_input = mlp.layers[l], l > 0
-            if split:
+            if weights:
+                g, lg = layer.backward(a[k], a[k + 1], g, input_grad=need_input)
+                grad[layer.span] += lg
+            else:
                 delta = g * activations.derivative(a[k + 1], layer.activation)
                 keep.append(delta)
                 g = delta @ layer.W.T if need_input else None
-            else:
-                g, lg = layer.backward(a[k], a[k + 1], g, input_grad=need_input)
-                grad[layer.span] += lg
-        if split:
-            deltas[s, i] = keep[::-1]
-        else:
+        if weights:
             del acts[s, i]
+        else:
+            deltas[s, i] = keep[::-1]
         if s > 0:
             out_grads[s - 1, i] = g
 
@@ -171,8 +173,8 @@ def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> 
         t0 = now()
         if act.kind == "F":
             loss += forward(s, i)
-        elif act.kind == "B":
-            backward(s, i)
+        elif act.kind in BACKWARD_INPUT:
+            backward(s, i, weights=act.kind == "B")
         elif act.kind == "W":
             weight(s, i)
         elif act.kind == "SEND_F":

@@ -25,7 +25,7 @@ class Schedule:
 
     @classmethod
     def from_compute(cls, name, compute, microbatches: int, chunks: int = 1) -> "Schedule":
-        """Build a schedule from per-rank compute-only lists (F/B/W) by adding the sends/receives."""
+        """Build a schedule from per-rank compute-only lists (F/B/I/W) by adding the sends/receives."""
         p = len(compute)
         lowered = add_communication([list(a) for a in compute], lambda s: s % p)
         return cls(name, p, microbatches, chunks, tuple(tuple(a) for a in lowered))
@@ -38,13 +38,8 @@ class Schedule:
         """The rank that holds model stage ``stage``."""
         return stage % self.stages
 
-    @property
-    def split_backward(self) -> bool:
-        """True when the backward is split into B (input gradient) and W (weight gradient)."""
-        return any(a.kind == "W" for acts in self.actions for a in acts)
-
     def compute(self, rank: int) -> list[Action]:
-        """Rank ``rank``'s compute actions (F/B/W) in order."""
+        """Rank ``rank``'s compute actions (F/B/I/W) in order."""
         return [a for a in self.actions[rank] if a.is_compute]
 
     def __str__(self) -> str:

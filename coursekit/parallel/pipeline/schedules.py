@@ -1,19 +1,21 @@
 """Schedule generators: GPipe, 1F1B, interleaved 1F1B and ZB-H1, as per-rank action lists.
 
-p = ``stages`` ranks, m = ``microbatches``, v = ``chunks``. With equal times per action and
-no communication cost the idle ("bubble") time of every rank is
+p = ``stages`` ranks, m = ``microbatches``, v = ``chunks``. GPipe and the 1F1B family run
+each backward as one B (full backward); ZB-H1 splits it into I (input gradient) and W
+(weight gradient). With times T_F, T_I, T_W per micro-batch (T_B = T_I + T_W) and no
+communication cost the idle ("bubble") time of every rank is
 
 * GPipe (all F, then all B):      (p - 1)(T_F + T_B),      peak activations m;
 * 1F1B (PipeDream-Flush):         (p - 1)(T_F + T_B),      peak activations p - r <= p;
 * interleaved 1F1B (v chunks):    (p - 1)(T_F + T_B) / v,  more activations than 1F1B;
-* ZB-H1 (B = input grad, W = weight grad): (p - 1)(T_F + T_B - T_W), peak as 1F1B.
+* ZB-H1 (F, I, W; T_W <= T_F):    (p - 1)(T_F + T_I - T_W), peak as 1F1B.
 """
 
 from __future__ import annotations
 
 from coursekit import checks
 
-from .actions import B, F, W
+from .actions import B, F, I, W
 from .schedule_type import Schedule
 
 NAMES = ("gpipe", "1f1b", "interleaved_1f1b", "zb_h1")
@@ -41,21 +43,21 @@ def one_f_one_b(p: int, m: int) -> list[list]:
 
 
 def zb_h1(p: int, m: int) -> list[list]:
-    """ZB-H1: 1F1B with the backward split into B (input gradient, on the critical path)
-    and W (weight gradient, which can wait). Rank r: p-1-r warm-up F; r steps of F, B
-    whose W is deferred; then F, B, W; then B, W; then the r deferred W fill the tail."""
+    """ZB-H1: 1F1B with the backward split into I (input gradient, on the critical path)
+    and W (weight gradient, which can wait). Rank r: p-1-r warm-up F; r steps of F, I
+    whose W is deferred; then F, I, W; then I, W; then the r deferred W fill the tail."""
     out = []
     for r in range(p):
         warm = min(p - 1 - r, m)
         acts, f, b, w = [F(r, i) for i in range(warm)], warm, 0, 0
         while f < m:
-            acts += [F(r, f), B(r, b)]
+            acts += [F(r, f), I(r, b)]
             f, b = f + 1, b + 1
             if b > r:  # the first r weight gradients wait for the tail
                 acts.append(W(r, w))
                 w += 1
         while b < m:
-            acts += [B(r, b), W(r, w)]
+            acts += [I(r, b), W(r, w)]
             b, w = b + 1, w + 1
         out.append(acts + [W(r, i) for i in range(w, m)])
     return out

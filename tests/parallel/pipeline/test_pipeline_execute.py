@@ -5,7 +5,7 @@ import pytest
 
 from coursekit.comm import run_local
 from coursekit.nn import MLP
-from coursekit.parallel.pipeline import combine_ranks, execute, run_pipeline, schedule
+from coursekit.parallel.pipeline import I, Schedule, W, combine_ranks, execute, run_pipeline, schedule
 from coursekit.runner import LocalRunner
 
 THREADS = LocalRunner(8)  # a schedule of p stages runs on the first p ranks
@@ -29,6 +29,22 @@ def test_pipelined_step_equals_serial_gradient(name, p, m, v, activation, loss):
     run = run_pipeline(THREADS, schedule(name, p, m, chunks=v), mlp, X, y)
     assert run.loss == pytest.approx(want_loss, rel=1e-12)
     np.testing.assert_allclose(run.grad, want, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_a_schedule_mixing_full_and_split_backwards_equals_serial(recompute):
+    """1F1B where odd micro-batches run I and, at the end of each rank, W: each letter
+    computes its part whatever the others do."""
+    mlp = MLP([6, 7, 8, 7, 5], dtype=np.float64, seed=2)  # 4 layers, 2 per rank
+    X, y = batch()
+    p, m = 2, 4
+    compute = [[I(a.stage, a.mb) if a.kind == "B" and a.mb % 2 else a for a in schedule("1f1b", p, m).compute(r)]
+               + [W(r, i) for i in range(1, m, 2)] for r in range(p)]
+    run = run_pipeline(THREADS, Schedule.from_compute("mixed", compute, m), mlp, X, y, recompute=recompute)
+    want_loss, want = mlp.loss_and_grad(X, y)
+    assert run.loss == pytest.approx(want_loss, rel=1e-12)
+    np.testing.assert_allclose(run.grad, want, rtol=1e-10, atol=1e-13)
+    assert {s.action.kind for spans in run.timeline for s in spans} == {"F", "B", "I", "W"}
 
 
 def test_each_rank_fills_only_its_own_layers():

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from coursekit.parallel.pipeline import NAMES, schedule, simulate
+from coursekit.parallel.pipeline import NAMES, B, F, I, Schedule, W, schedule, simulate
 
 GRID = [(p, m) for p in (1, 2, 3, 4, 5) for m in (p, p + 1, 2 * p, 3 * p + 1)]
 
@@ -13,8 +13,9 @@ GRID = [(p, m) for p in (1, 2, 3, 4, 5) for m in (p, p + 1, 2 * p, 3 * p + 1)]
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("p,m", GRID)
 def test_gpipe_1f1b_bubble_closed_form(name, p, m):
-    t_f, t_b = 1.0, 2.5
-    res = simulate(schedule(name, p, m), t_f=t_f, t_b=t_b)
+    t_f, t_i, t_w = 1.0, 1.5, 1.0
+    t_b = t_i + t_w  # a full backward B
+    res = simulate(schedule(name, p, m), t_f=t_f, t_i=t_i, t_w=t_w)
     assert res.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), abs=1e-12)
     assert res.total_time == pytest.approx((m + p - 1) * (t_f + t_b))
     np.testing.assert_allclose(res.idle, (p - 1) * (t_f + t_b))
@@ -30,12 +31,12 @@ def test_peak_activations_gpipe_m_and_1f1b_at_most_p(p, m):
 
 @pytest.mark.parametrize("p,v,groups", list(itertools.product((2, 3, 4), (1, 2, 3, 4), (1, 2, 3))))
 def test_interleaved_bubble_shrinks_by_v(p, v, groups):
-    m, t_f, t_b = p * groups, 1.0, 2.0
-    inter = simulate(schedule("interleaved_1f1b", p, m, chunks=v), t_f=t_f, t_b=t_b)
-    plain = simulate(schedule("1f1b", p, m), t_f=t_f, t_b=t_b)
+    m, times = p * groups, dict(t_f=1.0, t_i=1.0, t_w=1.0)
+    inter = simulate(schedule("interleaved_1f1b", p, m, chunks=v), **times)
+    plain = simulate(schedule("1f1b", p, m), **times)
     np.testing.assert_allclose(inter.idle * v, plain.idle)
     assert inter.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1))
-    # same work per rank: t_f and t_b are per micro-batch through a rank's whole share
+    # same work per rank: the times are per micro-batch through a rank's whole share
     np.testing.assert_allclose(inter.busy, plain.busy)
 
 
@@ -51,31 +52,41 @@ def test_interleaved_holds_more_activations_than_1f1b():
 
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 32), (3, 7)])
 def test_zb_h1_bubble_close_to_a_third(p, m):
-    res = simulate(schedule("zb_h1", p, m), t_f=1.0, t_b=1.0, t_w=1.0)
-    # every rank idles (p-1)(T_F + T_B - T_W) = p-1 against 3m of work
+    res = simulate(schedule("zb_h1", p, m), t_f=1.0, t_i=1.0, t_w=1.0)
+    # every rank idles (p-1)(T_F + T_I - T_W) = p-1 against 3m of work
     np.testing.assert_allclose(res.idle, p - 1)
     assert res.bubble_fraction == pytest.approx((p - 1) / (3 * m + p - 1))
     assert abs(res.bubble_fraction - (p - 1) / (3 * m)) <= (p - 1) ** 2 / (3 * m) ** 2
-    one_f = simulate(schedule("1f1b", p, m), t_f=1.0, t_b=1.0, t_w=1.0)
+    one_f = simulate(schedule("1f1b", p, m), t_f=1.0, t_i=1.0, t_w=1.0)
     assert res.bubble_fraction < one_f.bubble_fraction  # 1F1B idles (p-1) * 3
     assert res.peak_activations.max() <= p
 
 
 @pytest.mark.parametrize("p,m", [(2, 2), (4, 8), (3, 5)])
 def test_zb_h1_with_free_w_is_1f1b(p, m):
-    zb = simulate(schedule("zb_h1", p, m), t_f=1.0, t_b=2.0, t_w=0.0)
-    assert zb.total_time == pytest.approx(simulate(schedule("1f1b", p, m), t_f=1.0, t_b=2.0).total_time)
+    zb = simulate(schedule("zb_h1", p, m), t_f=1.0, t_i=2.0, t_w=0.0)
+    assert zb.total_time == pytest.approx(simulate(schedule("1f1b", p, m), t_f=1.0, t_i=2.0).total_time)
 
 
-def test_unsplit_backward_takes_t_b_plus_t_w():
-    res = simulate(schedule("1f1b", 2, 4), t_f=1.0, t_b=1.0, t_w=0.5)
-    np.testing.assert_allclose(res.busy, 4 * (1.0 + 1.5))
+def test_each_letter_lasts_its_own_time_and_b_is_i_plus_w():
+    sched = Schedule.from_compute("mixed", [[F(0, 0), B(0, 0), F(0, 1), I(0, 1), W(0, 1)]], 2)
+    res = simulate(sched, t_f=1.0, t_i=2.0, t_w=3.0)
+    assert [(s.action, s.end - s.start) for s in res.timeline[0]] == \
+        [(F(0, 0), 1.0), (B(0, 0), 5.0), (F(0, 1), 1.0), (I(0, 1), 2.0), (W(0, 1), 3.0)]
+
+
+def test_a_split_backward_does_the_work_of_a_full_one():
+    times = dict(t_f=1.0, t_i=1.0, t_w=0.5)
+    one_f = simulate(schedule("1f1b", 2, 4), **times)
+    np.testing.assert_allclose(one_f.busy, 4 * (1.0 + 1.5))
+    np.testing.assert_allclose(simulate(schedule("zb_h1", 2, 4), **times).busy, one_f.busy)
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (4, 6)])
 def test_gpipe_point_to_point_cost(p, m):
-    t_f, t_b, c = 1.0, 2.0, 0.25
-    res = simulate(schedule("gpipe", p, m), t_f=t_f, t_b=t_b, p2p=c)
+    t_f, t_i, t_w, c = 1.0, 1.5, 0.5, 0.25
+    t_b = t_i + t_w
+    res = simulate(schedule("gpipe", p, m), t_f=t_f, t_i=t_i, t_w=t_w, p2p=c)
     # (p-1) hops forward and (p-1) back, each paying t + p2p on the critical path
     assert res.total_time == pytest.approx(m * (t_f + t_b) + (p - 1) * (t_f + t_b + 2 * c))
 
@@ -83,7 +94,7 @@ def test_gpipe_point_to_point_cost(p, m):
 @pytest.mark.parametrize("name", NAMES)
 def test_timeline_follows_schedule_order_without_overlap(name):
     s = schedule(name, 3, 6, chunks=2 if name == "interleaved_1f1b" else 1)
-    res = simulate(s, t_f=1.0, t_b=2.0, t_w=0.5, p2p=0.1)
+    res = simulate(s, t_f=1.0, t_i=2.0, t_w=0.5, p2p=0.1)
     for r, spans in enumerate(res.timeline):
         assert [sp.action for sp in spans] == s.compute(r)
         assert all(a.end <= b.start + 1e-12 for a, b in zip(spans, spans[1:]))

@@ -5,7 +5,7 @@ import pytest
 
 from coursekit.comm import run_local
 from coursekit.nn import MLP
-from coursekit.parallel.pipeline import (B, F, NAMES, Action, Schedule, ScheduleError, W, execute,
+from coursekit.parallel.pipeline import (B, F, I, NAMES, Action, Schedule, ScheduleError, W, execute,
                                          schedule, simulate, validate)
 
 
@@ -27,6 +27,13 @@ def test_from_compute_adds_matching_sends_and_receives():
                          (Action("RECV_F", 1, 0), F(1, 0), B(1, 0), Action("SEND_B", 1, 0)))
 
 
+def test_the_input_gradient_travels_after_i_and_w_stays_local():
+    s = Schedule.from_compute("x", [[F(0, 0), I(0, 0), W(0, 0)], [F(1, 0), I(1, 0), W(1, 0)]], 1)
+    assert s.actions == ((F(0, 0), Action("SEND_F", 0, 0), Action("RECV_B", 0, 0), I(0, 0), W(0, 0)),
+                         (Action("RECV_F", 1, 0), F(1, 0), I(1, 0), Action("SEND_B", 1, 0), W(1, 0)))
+    assert validate(s) is s
+
+
 def test_backward_before_its_forward():
     acts = one_f_one_b_compute()
     acts[1] = [B(1, 0), F(1, 0), F(1, 1), B(1, 1)]
@@ -34,16 +41,52 @@ def test_backward_before_its_forward():
         validate(Schedule.from_compute("bad", acts, 2))
 
 
-def test_weight_gradient_before_its_backward():
-    acts = [[F(0, 0), W(0, 0), B(0, 0)], [F(1, 0), B(1, 0), W(1, 0)]]
-    with pytest.raises(ScheduleError, match=r"W0\.0 .* comes before B0\.0"):
+def test_weight_gradient_before_its_input_gradient():
+    acts = [[F(0, 0), W(0, 0), I(0, 0)], [F(1, 0), I(1, 0), W(1, 0)]]
+    with pytest.raises(ScheduleError, match=r"W0\.0 \(position 2\) comes before I0\.0"):
         validate(Schedule.from_compute("bad", acts, 1))
 
 
-def test_w_for_some_but_not_all_backwards():
-    acts = [[F(0, 0), B(0, 0), W(0, 0)], [F(1, 0), B(1, 0)]]
-    with pytest.raises(ScheduleError, match=r"W1\.0 is missing"):
+def test_input_gradient_waits_for_the_next_stages_input_gradient_on_the_same_rank():
+    # one rank, two stages (v = 2): I0.0 needs I1.0's gradient, whatever letter computed it
+    ok = [[F(0, 0), F(1, 0), I(1, 0), B(0, 0), W(1, 0)]]
+    assert validate(Schedule.from_compute("ok", ok, 1, chunks=2))
+    bad = [[F(0, 0), F(1, 0), I(0, 0), I(1, 0), W(1, 0), W(0, 0)]]
+    with pytest.raises(ScheduleError, match=r"I0\.0 \(position 2\) comes before I1\.0"):
+        validate(Schedule.from_compute("bad", bad, 1, chunks=2))
+
+
+@pytest.mark.parametrize("rank1,match", [
+    ([F(1, 0), B(1, 0), W(1, 0)], r"rank 1: B1\.0 computes the whole backward .* so W1\.0 must not"),
+    ([F(1, 0), I(1, 0), B(1, 0)], r"B1\.0 computes the whole backward .* so I1\.0 must not be there"),
+    ([F(1, 0), I(1, 0)], r"I1\.0 has no W1\.0: the weight gradient .* never computed"),
+    ([F(1, 0), W(1, 0)], r"W1\.0 has no I1\.0: the input gradient .* never computed"),
+    ([F(1, 0)], r"B1\.0 is missing: .* one B \(input and weight gradient\), or one I .* then one W"),
+    ([I(1, 0), W(1, 0)], r"F1\.0 is missing"),
+])
+def test_a_backward_is_one_b_or_one_i_and_one_w(rank1, match):
+    acts = [[F(0, 0), I(0, 0), W(0, 0)], rank1]
+    with pytest.raises(ScheduleError, match=match):
         validate(Schedule.from_compute("bad", acts, 1))
+
+
+def test_micro_batches_may_mix_b_with_i_and_w():
+    acts = [[F(0, 0), F(0, 1), B(0, 0), I(0, 1), W(0, 1)], [F(1, 0), I(1, 0), F(1, 1), B(1, 1), W(1, 0)]]
+    assert validate(Schedule.from_compute("mixed", acts, 2))
+
+
+@pytest.mark.parametrize("kind", ["b", "G", "BACKWARD", ""])
+def test_an_unknown_letter_is_told_every_letter_and_what_it_computes(kind):
+    acts = [[F(0, 0), Action(kind, 0, 0)]]
+    with pytest.raises(ScheduleError, match=rf"position 1: .* unknown kind {kind!r}; allowed: compute "
+                       r"actions F \(forward\), B \(full backward: input and weight gradient\), "
+                       r"I \(input gradient only\), W \(weight gradient only\); communication SEND_F"):
+        validate(Schedule.from_compute("bad", acts, 1))
+
+
+def test_something_else_than_an_action_is_told_how_to_build_one():
+    with pytest.raises(ScheduleError, match=r"'F0\.0' is not an Action \(build them with F\(s, i\)"):
+        validate(Schedule("bad", 1, 1, 1, (("F0.0",),)))
 
 
 def test_receive_without_send():
@@ -105,7 +148,7 @@ def test_schedule_sizes_of_the_wrong_type():
 @pytest.mark.parametrize("kwargs,match", [
     ({"t_f": -1.0}, r"t_f=-1.0: must be >= 0 \(a time\)"),
     ({"p2p": float("nan")}, r"p2p=nan: must be a finite number >= 0 \(a time\)"),
-    ({"t_f": 0.0, "t_b": 0.0}, "all 0"),
+    ({"t_f": 0.0, "t_i": 0.0}, "t_f, t_i and t_w are all 0"),
 ])
 def test_bad_simulate_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
