@@ -2,8 +2,8 @@
 
 Bars use the course colours (:mod:`.style`), one per action letter
 (:mod:`coursekit.parallel.pipeline.actions`): F "forward", B "backward" (the full
-backward), I "input_grad" and W "weight_grad" (the two halves of a split backward, hatched
-differently so they read in grey too); each bar is labelled with its micro-batch; chunks of
+backward), I "input_grad" and W "weight_grad" (the two halves of a split backward; W
+hatched, so it reads in grey too); each bar is labelled with its micro-batch; chunks of
 an interleaved schedule get lighter shades (chunk c of v at opacity 1 - c/(2v)); the bubble
 shows as "idle" behind the bars.
 """
@@ -16,7 +16,7 @@ from matplotlib.patches import Patch
 from .style import color
 
 _BAR = 0.7
-_STYLE = {"F": ("forward", None), "B": ("backward", None), "I": ("input_grad", "..."),
+_STYLE = {"F": ("forward", None), "B": ("backward", None), "I": ("input_grad", None),
           "W": ("weight_grad", "///")}
 _LABEL = {"F": "forward F", "B": "full backward B", "I": "input grad I", "W": "weight grad W"}
 

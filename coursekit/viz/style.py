@@ -11,7 +11,7 @@ COLORS = {
     "compute": "#4C72B0",    # generic computation
     "forward": "#4C72B0",    # forward pass (a kind of compute)
     "backward": "#8172B3",   # backward pass (B: the full backward, input and weight gradient)
-    "input_grad": "#937860",   # I: the input gradient only (a split backward's first half)
+    "input_grad": "#4B3F8A",   # I: the input gradient only (a darker B: a split backward's first half)
     "weight_grad": "#DA8BC3",  # W: the weight gradient only (its second half, which can wait)
     "optimizer": "#64B5CD",  # parameter update
     "send": "#DD8452",       # handing a message to the transport

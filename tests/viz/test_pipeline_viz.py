@@ -27,9 +27,8 @@ def test_one_bar_per_action(name, v):
         assert all(np.allclose(b.get_facecolor()[0][:3], to_rgba(color(colour))[:3]) for b in by_kind[kind])
     split = name == "zb_h1"  # its backwards are I then W; the others run one B
     assert [len(by_kind[k]) for k in "BIW"] == ([0, 18, 18] if split else [18 * v, 0, 0])
-    hatches = {b.get_hatch() for b in by_kind["I"] + by_kind["W"]}
-    assert None not in hatches and len(hatches) == 2 * split  # I and W hatched, differently
-    assert sum(b.get_hatch() is not None for b in bars) == len(by_kind["I"]) + len(by_kind["W"])
+    assert all(b.get_hatch() is not None for b in by_kind["W"])  # W reads in grey too
+    assert sum(b.get_hatch() is not None for b in bars) == len(by_kind["W"])
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend[:-1] == (["forward F", "input grad I", "weight grad W"] if split
                            else ["forward F", "full backward B"])
