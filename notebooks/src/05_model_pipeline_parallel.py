@@ -189,7 +189,7 @@ print("MB sent per rank in a step:", sent_mb([trace for _, trace in split]))
 
 # %%
 P = 4  # ranks in the simulations
-naive = simulate(schedule("gpipe", P, 1), t_f=1.0, t_b=2.0)
+naive = simulate(schedule("gpipe", P, 1), t_f=1.0, t_i=1.0, t_w=1.0)
 print(f"idle fraction {naive.bubble_fraction:.2f} = (P-1)/P = {(P - 1) / P:.2f}")
 plot_schedule(naive.timeline, title="layer split: one batch, one busy rank at a time")
 show()
@@ -202,24 +202,27 @@ show()
 # time. Gradients of the micro-batches add up to the gradient of the whole batch (each is
 # weighted by its share $n_i/N$ of the rows), so the step is still exactly the serial step.
 #
-# A schedule is data: for every rank an ordered list of actions, `F s.i` (forward of stage
-# $s$ on micro-batch $i$), `B s.i` (backward) and, in schedules that split the backward,
-# `W s.i` (the weight gradient), plus the sends and receives between stages. With $p$
-# stages, $m$ micro-batches and times $T_F$, $T_B$ per micro-batch and stage:
+# A schedule is data: for every rank an ordered list of actions, each named by what it
+# computes (as in `torch.distributed.pipelining`): `F s.i` (forward of stage $s$ on
+# micro-batch $i$), `B s.i` (the full backward: input and weight gradient) or, in schedules
+# that split the backward, `I s.i` (the input gradient, which the previous stage waits for)
+# and later `W s.i` (the weight gradient, which nothing waits for); plus the sends and
+# receives between stages. With $p$ stages, $m$ micro-batches and times $T_F$, $T_I$, $T_W$
+# per micro-batch and stage, a full backward takes $T_B = T_I + T_W$:
 #
 # | schedule | order on rank $r$ | idle (bubble) fraction | activations held |
 # |---|---|---|---|
 # | **GPipe** | all $m$ forwards, then all $m$ backwards | $\frac{p-1}{m+p-1}$ | $m$ micro-batches |
 # | **1F1B** (PipeDream-Flush) | $p-1-r$ forwards, then one forward / one backward | $\frac{p-1}{m+p-1}$ | $p - r \le p$ |
 # | **interleaved 1F1B** | $v$ model chunks per rank, 1F1B over the chunks | $\frac{p-1}{vm+p-1}$ | more than 1F1B |
-# | **ZB-H1** (zero bubble) | 1F1B with the backward split into B (input gradient) and W (weight gradient); W fills the gaps | $\frac{p-1}{3m+p-1} \approx \frac{p-1}{3m}$ if $T_F = T_B = T_W$ | as 1F1B |
+# | **ZB-H1** (zero bubble) | 1F1B with each B split into I (input gradient) and W (weight gradient); W fills the gaps | $\frac{p-1}{3m+p-1} \approx \frac{p-1}{3m}$ if $T_F = T_I = T_W$ | as 1F1B |
 #
 # The time of a GPipe or 1F1B step is $(m + p - 1)(T_F + T_B)$ instead of
 # $m (T_F + T_B)$ without the ramp-up and ramp-down: the bubble shrinks as $m$ grows, and
 # 1F1B gets it while holding at most $p$ micro-batches of activations instead of $m$.
 #
 # The simulator plays a schedule with given action times and checks these formulas
-# ($p = P = 4$, $m = 8$, $T_F = T_B = T_W = 1$; a schedule without W does B and W in one action of 2):
+# ($p = P = 4$, $m = 8$, $T_F = T_I = T_W = 1$, so a full backward B lasts 2):
 
 # %%
 m = 8
@@ -229,7 +232,7 @@ sims = {}
 print(f"{'schedule':22}{'bubble':>8}{'formula':>9}{'time':>6}   peak activations per rank")
 for name in formula:
     v = 2 if name == "interleaved_1f1b" else 1
-    sims[name] = simulate(schedule(name, P, m, chunks=v), t_f=1.0, t_b=1.0, t_w=1.0)
+    sims[name] = simulate(schedule(name, P, m, chunks=v), t_f=1.0, t_i=1.0, t_w=1.0)
     r = sims[name]
     label = name + (f" (v={v})" if v > 1 else "")
     print(f"{label:22}{r.bubble_fraction:8.3f}{formula[name]:9.3f}{r.total_time:6g}   {r.peak_activations.tolist()}")
@@ -245,13 +248,15 @@ show()
 # Read the pictures: in GPipe rank 0 holds all 8 micro-batches' activations before its first
 # backward; 1F1B starts backwards as soon as the last stage can, so rank 0 never holds more
 # than 4. Interleaving cuts the ramp into $v$ thinner slices (lighter bars: the second
-# chunk). ZB-H1 moves the weight gradients W, which nothing waits for, into the holes.
+# chunk). ZB-H1 runs each backward as I then W and moves the weight gradients W, which
+# nothing waits for, into the holes.
 #
 # ## 4. Try it: the pipeline panel
 #
 # Pick a schedule, the number of stages $p$, micro-batches $m$, chunks $v$ (interleaved
-# only), the relative times of F, B and W and a point-to-point cost. The panel simulates
-# the schedule and shows the timeline, the bubble and the peak activations per rank.
+# only), the relative times of F, I and W (a full backward B lasts $T_I + T_W$) and a
+# point-to-point cost. The panel simulates the schedule and shows the timeline, the bubble
+# and the peak activations per rank.
 # Things to try: GPipe against 1F1B at $m = 4$ and $m = 32$; ZB-H1 with $T_W = 0$ (it
 # becomes 1F1B); a p2p cost of 0.5 (messages now sit on the critical path).
 
@@ -301,7 +306,8 @@ for name in NAMES:
 # boundary carries each micro-batch once forward and once backward. Only the **order**
 # differs. Now we time them (best of three runs each) and draw each measured timeline
 # (right) beside the simulated one (left). The simulation uses the measured mean times of
-# F, B and W on the slowest rank, so both are in milliseconds.
+# F, I and W on the slowest rank (of B, timed whole, where the schedule does not split the
+# backward), so both are in milliseconds.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -327,7 +333,8 @@ for row, name in zip(axes, NAMES):
     run = best_of(sched)
     in_ms = [[sp._replace(start=1e3 * sp.start, end=1e3 * sp.end) for sp in spans] for spans in run.timeline]
     total = max(sp.end for spans in in_ms for sp in spans)
-    sim = simulate(sched, t_f=mean_ms(run, "F"), t_b=mean_ms(run, "B"), t_w=mean_ms(run, "W"))
+    t_i = mean_ms(run, "I") or mean_ms(run, "B")  # a B is timed whole: t_i = its time, t_w = 0
+    sim = simulate(sched, t_f=mean_ms(run, "F"), t_i=t_i, t_w=mean_ms(run, "W"))
     busy = sum(sp.end - sp.start for spans in in_ms for sp in spans)
     measured[name] = (total, 1 - busy / (p * total), sim.total_time, sim.bubble_fraction)
     plot_schedule(sim.timeline, ax=row[0], unit="ms", title=f"{name} simulated: {sim.total_time:.0f} ms")
@@ -346,7 +353,7 @@ for name, (total, bubble, sim_total, sim_bubble) in measured.items():
 # * **Communication.** Every hand-over is a ZeroMQ message of $N/m \times 512$ doubles (tens
 #   to hundreds of microseconds) that the simulation counts as free (the panel's p2p control
 #   adds it); a receive that waits for it shows up as a gap.
-# * **Unequal and noisy actions.** The simulation gives every F (and every B) the same
+# * **Unequal and noisy actions.** The simulation gives every action of one letter the same
 #   time. Our two stages are nearly equal (rank 0: 64×512 + 3 × 512×512 weights, rank 1:
 #   3 × 512×512 + 512×10), but a real machine is noisy: another process that takes the
 #   core stretches one bar, and everything that waits for it. In a pipeline the slowest

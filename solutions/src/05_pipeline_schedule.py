@@ -1,9 +1,13 @@
 # %% [markdown]
 # # Exercise 05 · The 1F1B pipeline schedule
 #
-# A pipeline schedule is data: for every rank $r$ an ordered list of compute actions,
-# `F(s, i)` (forward of stage $s$ on micro-batch $i$) and `B(s, i)` (its backward). Here
-# rank $r$ holds stage $r$, so rank $r$'s list only contains `F(r, i)` and `B(r, i)`.
+# A pipeline schedule is data: for every rank $r$ an ordered list of compute actions, each
+# named by what it computes: `F(s, i)` (forward of stage $s$ on micro-batch $i$) and
+# `B(s, i)` (its full backward: the input gradient that stage $s-1$ waits for and the weight
+# gradient). Zero-bubble schedules split B into `I(s, i)` (input gradient only) and a later
+# `W(s, i)` (weight gradient only); 1F1B does not, and the check says so if a schedule uses
+# another letter. Here rank $r$ holds stage $r$, so rank $r$'s list only contains `F(r, i)`
+# and `B(r, i)`.
 # `Schedule.from_compute` adds the sends and receives between neighbouring ranks, the
 # validator rejects impossible orders (a backward before its forward, a deadlock), and
 # `simulate` plays the schedule to give its time, its idle ("bubble") fraction and the peak
@@ -74,9 +78,10 @@ check_one_f_one_b(one_f_one_b)
 # %% [markdown]
 # ## Your schedule against GPipe
 #
-# Both schedules for $p = 4$ ranks and $m = 8$ micro-batches, with a backward twice as long
-# as a forward ($T_F = 1$, $T_B = 2$, as for a matrix-product layer): the same time and
-# bubble, half the memory on rank 0.
+# Both schedules for $p = 4$ ranks and $m = 8$ micro-batches, with a full backward twice as
+# long as a forward, as for a matrix-product layer: its input gradient and its weight
+# gradient each cost one product as large as the forward ($T_F = T_I = T_W = 1$, so B lasts
+# $T_I + T_W = 2$). The same time and bubble, half the memory on rank 0.
 
 # %%
 def as_schedule(name, compute, microbatches):
@@ -85,8 +90,9 @@ def as_schedule(name, compute, microbatches):
 
 
 p, m = 4, 8
-mine = simulate(as_schedule("your 1F1B", one_f_one_b(p, m), m), t_f=1.0, t_b=2.0)
-theirs = simulate(as_schedule("GPipe", gpipe(p, m), m), t_f=1.0, t_b=2.0)
+times = dict(t_f=1.0, t_i=1.0, t_w=1.0)  # B = I + W lasts 2
+mine = simulate(as_schedule("your 1F1B", one_f_one_b(p, m), m), **times)
+theirs = simulate(as_schedule("GPipe", gpipe(p, m), m), **times)
 print(f"bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.3f}")
 for name, r in (("GPipe", theirs), ("your 1F1B", mine)):
     print(f"{name:10} time {r.total_time:g}, bubble {r.bubble_fraction:.3f}, "
@@ -106,8 +112,8 @@ show()
 ms = [4, 8, 16, 32, 64]
 rows = []
 for m in ms:
-    r1 = simulate(as_schedule("your 1F1B", one_f_one_b(p, m), m), t_f=1.0, t_b=2.0)
-    rg = simulate(as_schedule("GPipe", gpipe(p, m), m), t_f=1.0, t_b=2.0)
+    r1 = simulate(as_schedule("your 1F1B", one_f_one_b(p, m), m), **times)
+    rg = simulate(as_schedule("GPipe", gpipe(p, m), m), **times)
     rows.append((m, rg.bubble_fraction, r1.bubble_fraction, rg.peak_activations.max(), r1.peak_activations.max()))
 print(f"{'m':>4}{'formula':>9}{'GPipe':>8}{'1F1B':>8}{'GPipe mem':>11}{'1F1B mem':>10}")
 for m, bg, b1, mg, m1 in rows:
