@@ -8,7 +8,7 @@ import numpy as np
 
 from .config import DPConfig
 
-__all__ = ["DPResult", "RankResult", "StepBreakdown", "combine"]
+__all__ = ["DPResult", "RankResult", "StepBreakdown", "combine_ranks"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class DPResult:
         return moved / max(steps, 1)
 
 
-def combine(config: DPConfig, results: list[RankResult]) -> DPResult:
+def combine_ranks(config: DPConfig, results: list[RankResult]) -> DPResult:
     """Stack the ranks' results; RuntimeError if synchronous workers ended with different models."""
     for r in results[1:]:
         if not np.array_equal(r.params, results[0].params):

@@ -40,7 +40,7 @@ from coursekit.runner import Runner
 
 from . import checkpoint
 from .config import DPConfig
-from .results import DPResult, RankResult, combine
+from .results import DPResult, RankResult, combine_ranks
 from .exchange import Exchange, check_gradient_sum
 from .lr_rules import LRSchedule
 from .sampler import Sampler
@@ -216,4 +216,4 @@ def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: in
     results = runner.run(train_worker, config, data, eval_data, ranks=n, resume=resume,
                          gradient_sum=gradient_sum, on_update=on_update, progress=progress,
                          interval=config.publish_interval or 0.1, timeout=timeout)
-    return combine(config, results)
+    return combine_ranks(config, results)
