@@ -24,12 +24,15 @@ __all__ = ["boolean", "instance", "integer", "real", "real_array", "rng"]
 
 def _bounds(low, high, low_open: bool, high_open: bool) -> str:
     """``">= 1"``, ``"> 0"``, ``"<= 16"`` or ``"in [0, 1)"``; "" when unbounded."""
+    def show(v):  # integers in full (1048576, not 1.04858e+06)
+        return str(int(v)) if isinstance(v, numbers.Integral) else f"{v:g}"
+
     if low is not None and high is not None:
-        return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        return f"in {'(' if low_open else '['}{show(low)}, {show(high)}{')' if high_open else ']'}"
     if low is not None:
-        return f"{'>' if low_open else '>='} {low:g}"
+        return f"{'>' if low_open else '>='} {show(low)}"
     if high is not None:
-        return f"{'<' if high_open else '<='} {high:g}"
+        return f"{'<' if high_open else '<='} {show(high)}"
     return ""
 
 

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from coursekit import checks
 from coursekit.processes import end_processes, with_descendants
 from coursekit.reaper import start_reaper
 
@@ -304,11 +305,6 @@ def _engine_environment(threads: int, env: dict | None) -> dict:
     return environment
 
 
-def _check_positive_int(name: str, value, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer ({what}), got {value!r}")
-
-
 def start(
     n: int = 4,
     *,
@@ -332,8 +328,9 @@ def start(
     Engines that are not up within ``timeout`` seconds raise
     :class:`ClusterError` with the engines' own output.
     """
-    _check_positive_int("n", n, "the number of engines")
-    _check_positive_int("threads_per_engine", threads_per_engine, "compute threads per engine")
+    checks.integer(n, "n", at_least=1, hint=" (the number of engines)")
+    checks.integer(threads_per_engine, "threads_per_engine", at_least=1,
+                   hint=" (compute threads per engine)")
     if engines not in ENGINE_LAUNCHERS:
         raise ValueError(f"engines must be one of {ENGINE_LAUNCHERS}, got {engines!r}")
     if os.environ.get(ENV_CLUSTER):
@@ -395,9 +392,9 @@ def connect(
     """
     import ipyparallel as ipp
 
-    _check_positive_int("n", n, "the minimum number of engines to wait for")
+    checks.integer(n, "n", at_least=1, hint=" (the minimum number of engines to wait for)")
     if size is not None:
-        _check_positive_int("size", size, "the number of engines to use")
+        checks.integer(size, "size", at_least=1, hint=" (the number of engines to use)")
         if size > n:
             raise ValueError(f"size={size} engines cannot be used when waiting for only n={n}")
     spec = spec if spec is not None else os.environ.get(ENV_CLUSTER, "")

@@ -120,16 +120,17 @@ def test_engines_that_fail_to_start_report_their_output(tmp_path):
         cluster.start(n=2, engine_env={"PYTHONPATH": str(tmp_path)}, timeout=8)
 
 
-@pytest.mark.parametrize("n", [0, -1, 2.5, True, "4"])
-def test_bad_engine_count(n):
-    with pytest.raises(ValueError, match=r"n must be a positive integer \(the number of engines\)"):
+@pytest.mark.parametrize("n, error", [(0, ValueError), (-1, ValueError), (2.5, TypeError),
+                                      (True, TypeError), ("4", TypeError)])
+def test_bad_engine_count(n, error):
+    with pytest.raises(error, match=r"n.* must be .*>= 1.* \(the number of engines\)"):
         cluster.start(n=n)
 
 
 def test_bad_launcher_and_threads():
     with pytest.raises(ValueError, match=r"engines must be one of \('local', 'mpi'\)"):
         cluster.start(2, engines="slurm")
-    with pytest.raises(ValueError, match="threads_per_engine must be a positive integer"):
+    with pytest.raises(ValueError, match=r"threads_per_engine=0: must be >= 1 \(compute threads"):
         cluster.start(2, threads_per_engine=0)
 
 

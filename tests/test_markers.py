@@ -31,7 +31,7 @@ def test_an_unmarked_test_that_runs_mpiexec_or_jupyterlab_is_failed(cluster_guar
 
 
 def test_arguments_are_still_checked_without_a_cluster():
-    with pytest.raises(ValueError, match="n must be a positive integer"):
+    with pytest.raises(ValueError, match=r"n=0: must be >= 1 \(the number of engines\)"):
         cluster.start(n=0)
 
 
@@ -44,6 +44,6 @@ def test_other_processes_are_allowed(cluster_guard):
 @pytest.mark.cluster
 def test_a_marked_test_passes_the_guard(cluster_guard):
     assert "cluster" in cluster_guard.markers
-    with pytest.raises(ValueError, match="threads_per_engine must be a positive integer"):
+    with pytest.raises(ValueError, match="threads_per_engine=0: must be >= 1"):
         cluster.start(n=1, threads_per_engine=0)  # the real start (it refuses before starting)
 

@@ -150,7 +150,7 @@ def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm
         root=root if isinstance(root, int) and problem is None else -1,
         op=list(OPS).index(op) if ufunc is not None else -1,
         array=arr, ok=problem is None)
-    table = fingerprint.exchange(comm, mine)
+    table = fingerprint.allgather_fingerprints(comm, mine)
     if problem is not None:
         raise problem
     dtype, shape = fingerprint.agree(table, collective, list(algorithms), root, array_on)

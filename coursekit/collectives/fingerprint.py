@@ -38,7 +38,7 @@ def describe(*, collective: int, algorithm: int, root: int, op: int,
     return fp
 
 
-def exchange(comm, fp: np.ndarray) -> np.ndarray:
+def allgather_fingerprints(comm, fp: np.ndarray) -> np.ndarray:
     """Dissemination allgather: row i of the result is rank i's fingerprint."""
     p, r = comm.size, comm.rank
     table = np.empty((p, fp.size), dtype=np.int64)

@@ -1,11 +1,17 @@
 """Build a Comm on every engine of a coursekit cluster, engine-to-engine (never via the client).
 
     from coursekit import cluster
-    from coursekit.comm import setup_comm, call_with_comm
+    from coursekit.comm import setup_comm
     from coursekit.comm.examples import ring_exchange
+    from coursekit.runner import ClusterRunner
     with cluster.start(n=4) as c:
         setup_comm(c)                                   # ZmqComm on loopback (or MpiComm)
-        c.run(call_with_comm, ring_exchange, 8)         # runs ring_exchange(comm, 8) everywhere
+        ClusterRunner(c).run(ring_exchange, 8)          # runs ring_exchange(comm, 8) everywhere
+
+Experiments and notebooks start work on ranks with a runner (:mod:`coursekit.runner`), which
+gives ``fn`` a Comm of the ranks it asked for. :func:`call_with_comm` hands ``fn`` the
+engine's own comm through ``cluster.run``: for the tests of the transport itself (its
+addresses, its trace, what a reset drops) and the preflight check.
 
 ZMQ setup is the two-phase protocol of ``coursekit.comm.zmq``: one ``c.run`` binds on
 every engine and returns the addresses in rank order, a second one connects every engine

@@ -122,9 +122,9 @@ class CompressionPanel(Panel):
                                on_update=self.on_data)
 
     def draw_live(self, data) -> None:
-        curve = next((d["test_accuracy"] for d in data if d.get("test_accuracy")), None)
-        if curve:
-            self.say(f"running: epoch {len(curve)}, test accuracy {curve[-1]:.1%}")
+        evals = next((d["evals"] for d in data if d.get("evals")), None)  # rank 0's
+        if evals:
+            self.say(f"running: epoch {len(evals)}, test accuracy {evals[-1][1]:.1%}")
 
     def show(self, result) -> None:
         self.say(f"{result.setup.label}: {result.final_accuracy:.1%} test accuracy, "

@@ -35,11 +35,13 @@ from coursekit.comm.cluster_setup import setup_comm
 from coursekit.data import load_digits
 from coursekit.nn import MLP
 from coursekit.parallel.pipeline import combine_ranks, schedule, simulate
+from coursekit.runner import ClusterRunner
 from coursekit.viz import show
 from coursekit.viz.pipeline import plot_schedule
 
 c = cluster.start(n=2)
 setup_comm(c, backend="auto")  # a Comm on every engine, to every other engine
+engines = ClusterRunner(c)  # runs fn(comm, ...) on the engines, as in every chapter
 p = c.size  # ranks on the cluster
 p
 
@@ -64,9 +66,10 @@ print(f"batch N = {N}, serial loss {serial_loss:.4f}")
 # %% [markdown]
 # An MLP object holds compiled kernels and does not travel to the engines; its numbers do.
 # `install` is sent once with the layer sizes, the flat parameter buffer and the batch as
-# its arguments; it rebuilds the same model on every engine and keeps it there.
-# `on_engines(task, ...)` then runs `task(comm, model, X, y, ...)` on every engine with the
-# engine's Comm and returns each rank's result with the messages it sent (`comm.trace`).
+# its arguments; it rebuilds the same model on every engine and keeps it there
+# (`c.run(fn)` runs a plain function on every engine). `on_engines(task, ...)` then runs
+# `task(comm, model, X, y, ...)` on every rank through the runner and returns each rank's
+# result with the messages it sent (recorded with `trace.recording`).
 
 # %%
 def install(spec, params, X, y):
@@ -81,25 +84,21 @@ def install(spec, params, X, y):
     get_ipython().user_ns["chapter5"] = (model, X.copy(), y.copy())
 
 
-def engine_task(task, *args):
-    """Engine side: task(comm, model, X, y, *args) with message tracing on."""
+def with_model(comm, task, *args):
+    """Rank side: task(comm, model, X, y, *args) on the installed model, and what it sent."""
     from IPython import get_ipython
 
-    from coursekit.comm import engine_comm
+    from coursekit.comm.trace import recording
 
     model, X, y = get_ipython().user_ns["chapter5"]
-    comm = engine_comm()
-    comm.tracing, comm.trace = True, []
-    try:
+    with recording(comm) as messages:
         result = task(comm, model, X, y, *args)
-    finally:
-        comm.tracing = False
-    return result, list(comm.trace)
+    return result, list(messages())
 
 
 def on_engines(task, *args):
     """[(result, trace) for every rank] of task(comm, model, X, y, *args) on the cluster."""
-    return c.run(engine_task, task, *args)
+    return engines.run(with_model, task, *args)
 
 
 c.run(install, (mlp.sizes, mlp.activation, mlp.loss, mlp.dtype), mlp.params, X, y)

@@ -123,8 +123,11 @@ assert gap < 1e-9
 # %% [markdown]
 # ## 3. Top-k at 99% sparsity on the cluster
 #
-# Four engines train the MLP on their shards of the digits, 10 epochs, batch 16 per worker,
-# SGD with lr 0.1, seed 0; every step they exchange their gradients compressed. Top-k at
+# Four engines train the MLP on the digits with chapter 3's synchronous data-parallel loop
+# (`data_parallel.train`: every step a global batch of 64 rows, 16 per worker; 10 epochs,
+# SGD with lr 0.1, seed 0). Only the gradient sum changes: `train` plugs the compressed
+# exchange into that loop's `gradient_sum` hook (`GradientSum`), so every step the workers
+# exchange their gradients compressed, with or without error feedback. Top-k at
 # 99% sparsity sends 48 of 4810 entries (and their int32 indices): each worker's payload is
 # 384 bytes instead of 19 KB.
 

@@ -318,10 +318,12 @@ print(panel.status.value)
 
 # %%
 from coursekit import cluster
-from coursekit.comm import call_with_comm, setup_comm
+from coursekit.comm import setup_comm
+from coursekit.runner import ClusterRunner
 
 c = cluster.start(n=4)
 setup_comm(c)
+engines = ClusterRunner(c)
 pretend_nodes = [f"node{r // 2}" for r in range(c.size)]
 pretend_nodes
 
@@ -332,16 +334,16 @@ def both_allreduces(comm, n, nodes):
 
     from coursekit.collectives import allreduce
     from coursekit.collectives.hierarchical import hierarchical_allreduce
+    from coursekit.comm.trace import recording
 
     x = np.random.default_rng([7, comm.rank]).integers(-1000, 1000, n)
-    comm.tracing, comm.trace = True, []
-    hier = hierarchical_allreduce(comm, x, nodes=nodes, check=False)
-    messages = len([m for m in comm.trace if m.op == "send"])
-    comm.tracing = False
-    return hier, allreduce(comm, x, algorithm="ring"), messages
+    with recording(comm) as messages:
+        hier = hierarchical_allreduce(comm, x, nodes=nodes, check=False)
+        sent = len([m for m in messages() if m.op == "send"])
+    return hier, allreduce(comm, x, algorithm="ring"), sent
 
 
-results = c.run(call_with_comm, both_allreduces, 1000, pretend_nodes)
+results = engines.run(both_allreduces, 1000, pretend_nodes)
 print("hierarchical == flat on every rank:", all(np.array_equal(h, f) for h, f, _ in results))
 print("same result on every rank:        ", all(np.array_equal(h, results[0][0]) for h, _, _ in results))
 print("messages sent per rank:           ", [m for _, _, m in results],

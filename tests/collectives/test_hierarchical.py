@@ -82,13 +82,15 @@ def test_mismatched_shapes_raise_on_every_rank():
 def test_on_engines_grouped_by_fake_nodes(cluster4):
     """Real engines (ZMQ between processes), two pretend nodes of two engines each. The
     engines cannot import this test module, so library functions run there directly."""
-    from coursekit.comm import call_with_comm, setup_comm
+    from coursekit.comm import setup_comm
+    from coursekit.runner import ClusterRunner
 
     x = np.arange(10, dtype=np.int64)
     c = cluster4  # the run's shared 4-engine cluster
     setup_comm(c)
-    hier = c.run(call_with_comm, hierarchical_allreduce, x, nodes=["n0", "n0", "n1", "n1"])
-    flat = c.run(call_with_comm, allreduce, x)
+    engines = ClusterRunner(c)
+    hier = engines.run(hierarchical_allreduce, x, nodes=["n0", "n0", "n1", "n1"])
+    flat = engines.run(allreduce, x)
     for h, f in zip(hier, flat):
         np.testing.assert_array_equal(h, f)
         np.testing.assert_array_equal(h, 4 * x)

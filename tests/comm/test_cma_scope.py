@@ -61,20 +61,30 @@ def test_ranks_declare_their_launcher_and_withdraw_at_close():
         assert after == 0
 
 
+GRANTS_COMBINE = """
+import os
+from coursekit.comm import cma
+me, parent = os.getpid(), os.getppid()
+alone, with_parent = object(), object()
+try:
+    assert cma.allow_readers(alone, []) == me
+    assert cma.declared_reader() == me
+    assert cma.allow_readers(with_parent, [parent]) == parent
+    assert cma.declared_reader() == parent  # covers both holders' peers
+    cma.withdraw_readers(with_parent)
+    assert cma.declared_reader() == me  # back to what the remaining holder needs
+finally:
+    cma.withdraw_readers(alone)
+    cma.withdraw_readers(with_parent)
+assert cma.declared_reader() == 0
+"""
+
+
 def test_grants_of_several_holders_combine_and_the_last_withdraws():
-    me, parent = os.getpid(), os.getppid()
-    alone, with_parent = object(), object()
-    try:
-        assert cma.allow_readers(alone, []) == me
-        assert cma.declared_reader() == me
-        assert cma.allow_readers(with_parent, [parent]) == parent
-        assert cma.declared_reader() == parent  # covers both holders' peers
-        cma.withdraw_readers(with_parent)
-        assert cma.declared_reader() == me  # back to what the remaining holder needs
-    finally:
-        cma.withdraw_readers(alone)
-        cma.withdraw_readers(with_parent)
-    assert cma.declared_reader() == 0
+    # in a child of this process, whose parent (pytest) is never init, whoever started pytest
+    done = subprocess.run([sys.executable, "-c", GRANTS_COMBINE], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 IN_A_PID_NAMESPACE = """

@@ -18,10 +18,11 @@ the wire, so ``payload.nbytes`` is what the trace counts. Its ``shape`` and ``dt
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
+
+from coursekit import checks
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 INDEX = np.dtype(np.int32)  # sparse payloads send int32 indices: 4 bytes each
@@ -103,21 +104,8 @@ def check_gradient(x) -> np.ndarray:
 
 def check_ratio(ratio) -> float:
     """A fraction of elements to keep, in (0, 1]."""
-    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
-        raise TypeError(f"ratio must be a number in (0, 1], got {ratio!r}")
-    if not 0 < ratio <= 1:
-        raise ValueError(f"ratio={ratio!r}: the fraction of elements kept must be in (0, 1] "
-                         "(99% sparsity is ratio=0.01)")
-    return float(ratio)
-
-
-def check_int(value, name: str, low: int, high: int) -> int:
-    """An int in [low, high]."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name}={value} is outside the supported range [{low}, {high}]")
-    return int(value)
+    return checks.real(ratio, "ratio", above=0, at_most=1,
+                       hint=" (the fraction of elements kept: 99% sparsity is ratio=0.01)")
 
 
 def join(*arrays: np.ndarray) -> np.ndarray:

@@ -1,29 +1,36 @@
 """Data-parallel SGD on digits with compressed gradients: the chapter's experiment.
 
-Every rank holds the same MLP, trains on its shard of the digits and, every step,
-averages its gradient with the others through :func:`~.communicator.exchange` (compressor
-+ error feedback), then takes the same SGD step. Chapter 3's synchronous data-parallel
-loop, kept minimal here (no buckets, no overlap, plain SGD), with the gradient exchange
-as a hook (``exchanger``) so that an exercise can plug in its own.
+Chapter 3's synchronous data-parallel training (:func:`coursekit.parallel.data_parallel.train`,
+the same loop, sampler and update) with the gradient sum replaced by a compressed
+exchange, through that loop's ``gradient_sum`` hook. On worker k of p, with weight
+w_k = n_k / B (1/p when p divides the global batch B)::
 
-:func:`train_worker` runs on one rank, given a Comm (ThreadComm in tests, the engines'
-comm on the cluster); :func:`train` runs it on the first p ranks of a runner (ThreadComm
-ranks in this process or a cluster's engines, :mod:`coursekit.runner`) and returns a
-:class:`CompressionResult`. Workers publish their per-epoch test accuracy with
-:mod:`coursekit.live`, so ``on_update`` can redraw while the run is going.
+    x_k = p w_k g_k                  (this worker's mean gradient when the split is even)
+    mean = (1/p) sum_k C(x_k + e_k)   :func:`~.communicator.exchange`: compressor C, memory e_k
+    w <- w - lr * mean                the serial step when C is the identity
+
+:class:`GradientSum` is that hook; it records per step the bytes of the worker's payload,
+the bytes it sent and the seconds spent exchanging, and stops a run whose gradients are
+no longer finite (:class:`~.base.Diverged`, with advice). The exchange per rank is
+pluggable (``exchanger``) so that an exercise can bring its own.
+
+:func:`train` runs it on the first p ranks of a runner (ThreadComm ranks in this process
+or a cluster's engines, :mod:`coursekit.runner`) and returns a :class:`CompressionResult`
+of per-epoch curves. Rank 0 publishes the test accuracy after every epoch
+(:mod:`coursekit.live`: ``data[0]["evals"]``), so ``on_update`` can redraw while it runs.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from coursekit import checks, live
-from coursekit.data import load_digits, shard
-from coursekit.nn import MLP, SGD
+from coursekit import checks
+from coursekit.data import Dataset, load_digits
+from coursekit.parallel import data_parallel
+from coursekit.parallel.data_parallel import DPConfig
 from coursekit.runner import Runner
 
 from . import COMPRESSORS, make_compressor
@@ -36,7 +43,8 @@ from .memory import make_memory
 class Setup:
     """One training run. ``value``: the compressor's parameter (None: its default).
 
-    ``batch_size`` is per worker (the global batch is p times larger); ``lr`` is SGD's.
+    ``batch_size`` is per worker (the global batch is p times larger); ``lr`` is SGD's;
+    ``seed``: the initial weights, the shuffling and the stochastic compressors.
     """
 
     compressor: str = "none"
@@ -74,9 +82,10 @@ class CompressionResult:
     """Per-epoch curves (index e: after epoch e + 1); bytes and seconds are cumulative.
 
     ``payload_bytes``/``wire_bytes``: what one rank's payloads held / what it sent (mean
-    over ranks); ``seconds``: wall clock of the slowest rank; ``exchange_seconds``: of it,
-    the time inside :func:`exchange` (compress, communicate, decompress); ``params``:
-    the final parameters of every rank (they must all be equal).
+    over ranks); ``seconds``: training time, a step lasting as long as its slowest rank
+    (chapter 3's convention; reading data and evaluating excluded); ``exchange_seconds``:
+    of it, the slowest rank's time inside :func:`exchange` (compress, communicate,
+    decompress); ``params``: the final parameters of every rank (they must all be equal).
     """
 
     setup: Setup
@@ -113,15 +122,6 @@ class CompressionResult:
         return steps * predict_seconds("allreduce", self.p, 4 * self.n_params, alpha, beta)
 
 
-def steps_per_epoch(n_train: int, p: int, batch_size: int) -> int:
-    """Steps every rank takes per epoch: the smallest shard's full batches."""
-    steps = (n_train // p) // batch_size
-    if steps < 1:
-        raise ValueError(f"{n_train} training rows over p={p} ranks give less than one batch "
-                         f"of {batch_size}; use fewer ranks or a smaller batch")
-    return steps
-
-
 def compressed_exchange(comm, setup: Setup, mlp):
     """The default exchanger: ``grad -> exchange(comm, grad, compressor, memory)`` with
     ``setup``'s compressor (one per rank; stochastic ones seeded by (seed, rank)) and memory."""
@@ -131,18 +131,6 @@ def compressed_exchange(comm, setup: Setup, mlp):
         else np.random.default_rng([setup.seed, comm.rank]))
     memory = make_memory(setup.error_feedback)
     return lambda grad: exchange(comm, grad, compressor, memory)
-
-
-def dp_gradient_sum(setup: Setup):
-    """Chapter 3's hook: ``data_parallel.train(runner, ..., gradient_sum=dp_gradient_sum(setup))``
-    sums the workers' weighted gradients through ``setup``'s compressor and memory instead
-    of a plain allreduce (sum = p x the exchanged mean). Picklable, so engines get it too."""
-    return functools.partial(_dp_sum, setup)
-
-
-def _dp_sum(setup: Setup, comm, mlp):
-    step = compressed_exchange(comm, setup, mlp)
-    return lambda weighted_grad: step(weighted_grad).mean * comm.size
 
 
 def divergence_advice(setup: Setup, n_params: int) -> str:
@@ -158,61 +146,72 @@ def divergence_advice(setup: Setup, n_params: int) -> str:
     return f"lower the learning rate (lr={setup.lr:g}) or compress less"
 
 
-def train_worker(comm, setup: Setup, data=None, exchanger=compressed_exchange) -> dict:
-    """Train on this rank's shard with compressed gradient exchange; return its log.
+class GradientSum:
+    """Chapter 3's ``gradient_sum`` hook with ``setup``'s compressed exchange (see the module
+    docstring): ``data_parallel.train(runner, config, data, gradient_sum=GradientSum(setup))``.
 
-    ``data``: a :class:`coursekit.data.Dataset` (default: digits). ``exchanger(comm,
-    setup, mlp)`` returns this rank's ``step(grad) -> Exchanged`` (the averaged gradient
-    and its bytes); the default is :func:`compressed_exchange`, an exercise passes its own.
+    ``exchanger(comm, setup, mlp)`` builds each rank's ``step(x) -> Exchanged`` (default:
+    :func:`compressed_exchange`). ``steps_per_epoch`` only words the divergence message.
+    Picklable when ``exchanger`` is, so engines get it too.
     """
-    data = load_digits() if data is None else data
-    p, rank = comm.size, comm.rank
-    X, y = shard(data.X_train, data.y_train, rank, p)
-    mlp = MLP([data.n_features, setup.hidden, data.n_classes], seed=setup.seed)
-    X, y = mlp.check_batch(X, y)
-    opt = SGD(mlp.params, setup.lr)
-    step = exchanger(comm, setup, mlp)
-    steps = steps_per_epoch(len(data.X_train), p, setup.batch_size)
-    order_rng = np.random.default_rng([setup.seed, p, rank])
-    grad = np.empty_like(mlp.params)
-    log = {k: [] for k in ("test_accuracy", "train_loss", "payload_bytes", "wire_bytes",
-                           "seconds", "exchange_seconds")}
-    reporter = live.Reporter(interval=0.2, series=("test_accuracy",))
-    payload = wire = 0
-    in_exchange = 0.0
-    start = time.perf_counter()
-    for epoch in range(1, setup.epochs + 1):
-        order = order_rng.permutation(len(X))
-        losses = []
-        for s in range(steps):
-            rows = order[s * setup.batch_size:(s + 1) * setup.batch_size]
-            loss, _ = mlp.loss_and_grad(X[rows], y[rows], out=grad, validate=False)
-            t0 = time.perf_counter()
-            try:  # NaN and overflow are checked here, once, instead of warned about below
-                if not np.isfinite(loss):
-                    raise Diverged(f"the loss is {loss}")
-                with np.errstate(over="ignore", invalid="ignore"):
-                    result = step(grad)
-                if not np.isfinite(result.mean).all():  # the same on every rank
-                    raise Diverged("the averaged gradient is not finite")
-            except Diverged as err:
-                raise Diverged(f"diverged at epoch {epoch}, step {s + 1} with {setup.label}: "
-                               f"{divergence_advice(setup, mlp.n_params)}") from err
-            in_exchange += time.perf_counter() - t0
-            opt.step(result.mean)
-            payload += result.payload_nbytes
-            wire += result.wire_nbytes
-            losses.append(loss)
-        log["test_accuracy"].append(mlp.accuracy(data.X_test, data.y_test))
-        log["train_loss"].append(float(np.mean(losses)))
-        log["payload_bytes"].append(payload)
-        log["wire_bytes"].append(wire)
-        log["seconds"].append(time.perf_counter() - start)
-        log["exchange_seconds"].append(in_exchange)
-        reporter.log(step=len(log["seconds"]), total=setup.epochs,
-                     test_accuracy=log["test_accuracy"][-1])
-    reporter.close()
-    return {**log, "params": mlp.params.copy(), "steps": steps, "n_params": mlp.n_params}
+
+    def __init__(self, setup: Setup, exchanger=compressed_exchange,
+                 steps_per_epoch: int | None = None):
+        self.setup = checks.instance(setup, "setup", Setup)
+        if not callable(exchanger):
+            raise TypeError(f"exchanger must be a callable (comm, setup, mlp) -> step; "
+                            f"got {type(exchanger).__name__}")
+        self.exchanger, self.steps_per_epoch = exchanger, steps_per_epoch
+
+    def __call__(self, comm, mlp) -> "RankGradientSum":
+        return RankGradientSum(self, comm, mlp)
+
+
+class RankGradientSum:
+    """One rank's side of :class:`GradientSum`: ``sum_k w_k g_k`` from ``w_k g_k``, and a
+    ``log`` of cumulative bytes and seconds (returned with the rank's result)."""
+
+    def __init__(self, hook: GradientSum, comm, mlp):
+        self.hook, self.comm, self.n_params = hook, comm, mlp.n_params
+        self.step = hook.exchanger(comm, hook.setup, mlp)
+        self.log = {"payload_bytes": [], "wire_bytes": [], "exchange_seconds": []}
+        self.payload = self.wire = 0
+        self.seconds = 0.0
+
+    def __call__(self, weighted_grad: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        try:  # NaN and overflow are checked here, once, instead of warned about below
+            if not np.isfinite(weighted_grad).all():
+                raise Diverged("the local gradient is not finite")
+            with np.errstate(over="ignore", invalid="ignore"):
+                result = self.step(weighted_grad * self.comm.size)
+            if not np.isfinite(result.mean).all():  # the same on every rank
+                raise Diverged("the averaged gradient is not finite")
+        except Diverged as err:
+            raise Diverged(f"diverged at {self._when()} with {self.hook.setup.label}: "
+                           f"{divergence_advice(self.hook.setup, self.n_params)}") from err
+        self.seconds += time.perf_counter() - t0
+        self.payload += result.payload_nbytes
+        self.wire += result.wire_nbytes
+        for key, value in (("payload_bytes", self.payload), ("wire_bytes", self.wire),
+                           ("exchange_seconds", self.seconds)):
+            self.log[key].append(value)
+        return result.mean
+
+    def _when(self) -> str:
+        step, per_epoch = len(self.log["wire_bytes"]), self.hook.steps_per_epoch
+        if per_epoch:
+            return f"epoch {step // per_epoch + 1}, step {step % per_epoch + 1}"
+        return f"step {step + 1}"
+
+
+def dp_config(setup: Setup, data, p: int) -> DPConfig:
+    """Chapter 3's settings for ``setup`` on p workers: the global batch is p x the
+    per-worker batch, whole gradients are summed (the hook), rank 0 evaluates every epoch."""
+    config = DPConfig(sizes=(data.n_features, setup.hidden, data.n_classes), seed=setup.seed,
+                      batch_size=setup.batch_size * p, epochs=setup.epochs, lr=setup.lr,
+                      timeline_steps=0)
+    return replace(config, eval_every=config.total_steps(len(data.X_train)) // setup.epochs)
 
 
 def train(runner: Runner, setup: Setup, data=None, *, workers: int | None = None,
@@ -221,27 +220,39 @@ def train(runner: Runner, setup: Setup, data=None, *, workers: int | None = None
     """Train with the first ``workers`` ranks of ``runner`` (default all of them):
     ThreadComm ranks or a cluster's engines after ``setup_comm`` (:mod:`coursekit.runner`).
 
-    ``on_update(data)``: called with the workers' published progress (one dict per rank,
-    ``data[r]["test_accuracy"]`` the curve so far) while the run is going.
+    ``data``: a :class:`coursekit.data.Dataset` (default: digits). ``on_update(data)``:
+    called with the workers' published progress while the run is going (rank 0's
+    ``data[0]["evals"]``: (step, test accuracy) after every epoch so far).
     """
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     checks.instance(setup, "setup", Setup)
+    data = load_digits() if data is None else checks.instance(data, "data", Dataset)
     p = runner.size if workers is None else checks.integer(workers, "workers", at_least=1)
-    outputs = runner.run(train_worker, setup, data, exchanger, ranks=p, on_update=on_update,
-                         timeout=timeout)
-    logs = [log for log in outputs if log is not None]
+    config = dp_config(setup, data, p)
+    hook = GradientSum(setup, exchanger, config.eval_every)
+    run = data_parallel.train(runner, config, (data.X_train, data.y_train),
+                              (data.X_test, data.y_test), workers=p, gradient_sum=hook,
+                              on_update=on_update, timeout=timeout)
+    return _per_epoch(setup, run)
 
-    def column(key, reduce):
-        return reduce(np.array([log[key] for log in logs], dtype=float), axis=0)
+
+def _per_epoch(setup: Setup, run: data_parallel.DPResult) -> CompressionResult:
+    """The run's per-step arrays read at the end of every epoch."""
+    per_epoch = run.config.eval_every
+    ends = per_epoch * np.arange(1, setup.epochs + 1) - 1
+    logs = run.hook_logs
+
+    def at_ends(key, reduce):
+        return reduce(np.array([log[key] for log in logs], dtype=float), axis=0)[ends]
 
     return CompressionResult(
-        setup=setup, p=p, steps_per_epoch=logs[0]["steps"],
-        n_params=logs[0]["n_params"], test_accuracy=np.array(logs[0]["test_accuracy"]),
-        train_loss=column("train_loss", np.mean), payload_bytes=column("payload_bytes", np.mean),
-        wire_bytes=column("wire_bytes", np.mean), seconds=column("seconds", np.max),
-        exchange_seconds=column("exchange_seconds", np.max),
-        params=[log["params"] for log in logs])
+        setup=setup, p=run.n_workers, steps_per_epoch=per_epoch, n_params=run.params.size,
+        test_accuracy=np.asarray(run.test_accuracy, float),
+        train_loss=run.loss.reshape(setup.epochs, per_epoch).mean(axis=1),
+        payload_bytes=at_ends("payload_bytes", np.mean), wire_bytes=at_ends("wire_bytes", np.mean),
+        seconds=np.cumsum(run.step_s.max(axis=0))[ends],
+        exchange_seconds=at_ends("exchange_seconds", np.max), params=run.rank_params)
 
 
-__all__ = ["CompressionResult", "Setup", "compressed_exchange", "divergence_advice",
-           "dp_gradient_sum", "steps_per_epoch", "train", "train_worker"]
+__all__ = ["CompressionResult", "GradientSum", "RankGradientSum", "Setup", "compressed_exchange",
+           "divergence_advice", "dp_config", "train"]

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Compressed, check_gradient, check_int
+from coursekit import checks
+
+from .base import Compressed, check_gradient
 
 MAX_RANK = 1 << 20
 
@@ -39,9 +41,9 @@ class PowerSGD:
     name = "powersgd"
 
     def __init__(self, rank: int = 2, matrices=None, *, seed: int = 0):
-        self.rank = check_int(rank, "rank", 1, MAX_RANK)
+        self.rank = checks.integer(rank, "rank", 1, MAX_RANK)
         self.matrices = None if matrices is None else self._check_matrices(matrices)
-        self.seed = check_int(seed, "seed", 0, 2**63 - 1)
+        self.seed = checks.integer(seed, "seed", 0, 2**63 - 1)
         self._warm: dict[int, np.ndarray] = {}
 
     @classmethod
@@ -54,7 +56,7 @@ class PowerSGD:
     def _check_matrices(self, matrices):
         spec, end = [], 0
         for item in matrices:
-            start, rows, cols = (check_int(v, "matrix (start, rows, cols)", 0, 2**62)
+            start, rows, cols = (checks.integer(v, "matrix (start, rows, cols)", 0, 2**62)
                                  for v in item)
             if start < end or rows < 1 or cols < 1:
                 raise ValueError(f"matrices must be non-empty and in increasing, "

@@ -29,7 +29,7 @@ import numpy as np
 from coursekit import checks
 
 from . import bitpack
-from .base import Compressor, check_int, join, split
+from .base import Compressor, join, split
 
 FP16_MAX = float(np.finfo(np.float16).max)
 
@@ -81,7 +81,7 @@ class LevelQuantizer(Compressor):
     """
 
     def __init__(self, levels: int, norm: str, stochastic: bool, rng=None):
-        self.levels = check_int(levels, "levels", 1, (1 << (bitpack.MAX_WIDTH - 1)) - 1)
+        self.levels = checks.integer(levels, "levels", 1, (1 << (bitpack.MAX_WIDTH - 1)) - 1)
         if norm not in ("max", "l2"):
             raise ValueError(f"norm={norm!r}: allowed 'max' or 'l2'")
         self.norm, self.stochastic = norm, bool(stochastic)
@@ -126,7 +126,7 @@ class Uniform(LevelQuantizer):
     name = "uniform"
 
     def __init__(self, bits: int = 8):
-        self.bits = check_int(bits, "bits", 2, bitpack.MAX_WIDTH)
+        self.bits = checks.integer(bits, "bits", 2, bitpack.MAX_WIDTH)
         super().__init__((1 << (self.bits - 1)) - 1, "max", stochastic=False)
 
 

@@ -54,7 +54,8 @@ class Exchange:
 
     ``gradient_sum``: replaces the allreduce of the weighted gradients by another way to
     sum them over the workers, built per rank as ``gradient_sum(comm, mlp)`` ->
-    ``fn(weighted_grad) -> sum over ranks`` (chapter 6 plugs compressed exchanges in here).
+    ``fn(weighted_grad) -> sum over ranks`` (chapter 6 plugs compressed exchanges in here);
+    if ``fn`` has a ``log`` (e.g. bytes sent per step), it is returned with the rank's result.
     """
 
     def __init__(self, comm, config, mlp, optimizer, recorder, gradient_sum=None):
@@ -69,6 +70,11 @@ class Exchange:
             self.reducer = BucketReducer(comm, None, self.buckets, config.algorithm,
                                          record=recorder.record)
             self.ready = ready_after_layer(self.buckets, [layer.span.start for layer in mlp.layers])
+
+    @property
+    def hook_log(self) -> dict | None:
+        """What the ``gradient_sum`` hook recorded on this rank (its ``log``), if anything."""
+        return getattr(self.gradient_sum, "log", None)
 
     @property
     def overlapping(self) -> bool:

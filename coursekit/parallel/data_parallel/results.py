@@ -8,7 +8,7 @@ import numpy as np
 
 from .config import DPConfig
 
-__all__ = ["DPResult", "RankResult", "StepBreakdown", "combine"]
+__all__ = ["DPResult", "RankResult", "StepBreakdown", "combine_ranks"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class RankResult:
     trace: list               # Messages of the same steps
     eval_steps: np.ndarray    # rank 0 only: steps after which the test accuracy was taken
     test_accuracy: np.ndarray
+    hook_log: dict | None = None  # what the gradient_sum hook recorded (its ``log``), if any
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class DPResult:
     traces: list
     eval_steps: np.ndarray
     test_accuracy: np.ndarray
+    hook_logs: list  # per rank: the gradient_sum hook's ``log`` (None without a hook)
 
     @property
     def params(self) -> np.ndarray:
@@ -121,7 +123,7 @@ class DPResult:
         return moved / max(steps, 1)
 
 
-def combine(config: DPConfig, results: list[RankResult]) -> DPResult:
+def combine_ranks(config: DPConfig, results: list[RankResult]) -> DPResult:
     """Stack the ranks' results; RuntimeError if synchronous workers ended with different models."""
     for r in results[1:]:
         if not np.array_equal(r.params, results[0].params):
@@ -131,4 +133,5 @@ def combine(config: DPConfig, results: list[RankResult]) -> DPResult:
     return DPResult(config, len(results), results[0].first_step, [r.params for r in results],
                     stack("loss"), stack("weight"), results[0].lr, stack("step_s"),
                     stack("compute_s"), stack("io_s"), [s for r in results for s in r.spans],
-                    [r.trace for r in results], results[0].eval_steps, results[0].test_accuracy)
+                    [r.trace for r in results], results[0].eval_steps, results[0].test_accuracy,
+                    [r.hook_log for r in results])

@@ -40,7 +40,7 @@ from coursekit.runner import Runner
 
 from . import checkpoint
 from .config import DPConfig
-from .results import DPResult, RankResult, combine
+from .results import DPResult, RankResult, combine_ranks
 from .exchange import Exchange, check_gradient_sum
 from .lr_rules import LRSchedule
 from .sampler import Sampler
@@ -104,7 +104,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     an ``(X, y)`` pair or a packed file's path. ``eval_data``: ``(X_test, y_test)`` for the
     test accuracy on rank 0. ``resume``: start from the newest complete, intact checkpoint.
     ``gradient_sum``: another way to sum the gradients (see :class:`.exchange.Exchange`),
-    e.g. :func:`coursekit.parallel.compression.experiment.dp_gradient_sum`.
+    e.g. :class:`coursekit.parallel.compression.experiment.GradientSum`.
     """
     cfg = config
     n, rank = cfg.check_workers(comm.size), comm.rank
@@ -165,7 +165,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
         comm.tracing = was_tracing
     ev = np.array(evals, dtype=float).reshape(-1, 2)
     return RankResult(rank, start, mlp.params.copy(), loss, weight, lr, step_s, compute_s, io_s,
-                      list(kept_spans), trace, ev[:, 0].astype(int), ev[:, 1])
+                      list(kept_spans), trace, ev[:, 0].astype(int), ev[:, 1], exchange.hook_log)
 
 
 def _velocity(opt) -> np.ndarray:
@@ -216,4 +216,4 @@ def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: in
     results = runner.run(train_worker, config, data, eval_data, ranks=n, resume=resume,
                          gradient_sum=gradient_sum, on_update=on_update, progress=progress,
                          interval=config.publish_interval or 0.1, timeout=timeout)
-    return combine(config, results)
+    return combine_ranks(config, results)

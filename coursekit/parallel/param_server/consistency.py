@@ -57,7 +57,7 @@ def combined_push(model: str, warmup: int, clock: int) -> bool:
     return model == "ssp" or clock <= warmup
 
 
-def combine(grads: list[np.ndarray]) -> np.ndarray:
+def ordered_mean(grads: list[np.ndarray]) -> np.ndarray:
     """The mean of ``grads``, summed in the given (worker) order: the same bits every run."""
     total = grads[0].copy()
     for g in grads[1:]:

@@ -30,7 +30,7 @@ import numpy as np
 from coursekit.comm.trace import now
 from coursekit.nn.optim import make_optimizer
 from . import checkpoint as ps_checkpoint
-from coursekit.parallel.param_server.consistency import combine, combined_push, pull_bound, ssp_gate
+from coursekit.parallel.param_server.consistency import combined_push, ordered_mean, pull_bound, ssp_gate
 from coursekit.parallel.param_server.protocol import (EVICTED, HELLO, OK, OP_NAMES, PULL, PUSH,
                                             TAG_GRAD, decode_request, recv_request, send_reply)
 from coursekit.parallel.param_server.results import ServerReport
@@ -142,7 +142,7 @@ class ShardServer:
     def apply(self, items: list, n_steps: int, average: bool) -> None:
         if items:
             grads = [g for _, g, _ in items]
-            self.opt.step(combine(grads) if average else grads[0])
+            self.opt.step(ordered_mean(grads) if average else grads[0])
         for w, _, read_version in items:
             self.staleness.append(self.version - read_version)
             self.from_worker.append(w)

@@ -5,7 +5,7 @@ import pytest
 
 from coursekit.parallel.compression import (QSGD, ErrorFeedback, PowerSGD, RandomK, Sign,
                                             Threshold, TopK, Uniform, exchange, make_compressor)
-from coursekit.parallel.compression.experiment import Setup, steps_per_epoch
+from coursekit.parallel.compression.experiment import Setup
 
 
 @pytest.mark.parametrize("ratio", [0, -0.1, 1.5, float("nan")])
@@ -16,20 +16,20 @@ def test_ratio_outside_zero_one(ratio):
 
 
 def test_ratio_of_the_wrong_type():
-    with pytest.raises(TypeError, match="ratio must be a number"):
+    with pytest.raises(TypeError, match=r"ratio must be a real number in \(0, 1\]"):
         TopK("0.1")
 
 
 @pytest.mark.parametrize("bits", [0, 1, 17, 64])
 def test_bits_outside_the_supported_range(bits):
-    with pytest.raises(ValueError, match=r"bits=.* outside the supported range \[2, 16\]"):
+    with pytest.raises(ValueError, match=r"bits=.*: must be in \[2, 16\]"):
         Uniform(bits)
 
 
 def test_bits_and_levels_must_be_ints():
-    with pytest.raises(TypeError, match="bits must be an int"):
+    with pytest.raises(TypeError, match=r"bits must be an integer in \[2, 16\]"):
         Uniform(4.5)
-    with pytest.raises(ValueError, match=r"levels=0 is outside the supported range \[1, 32767\]"):
+    with pytest.raises(ValueError, match=r"levels=0: must be in \[1, 32767\]"):
         QSGD(0, rng=0)
 
 
@@ -38,7 +38,7 @@ def test_rank_larger_than_the_matrix_allows():
         PowerSGD(6).compress(np.ones((10, 5), np.float32))
     with pytest.raises(ValueError, match=r"rank=11 is larger than a 64 x 10 matrix"):
         PowerSGD.for_mlp([64, 10], rank=11)
-    with pytest.raises(ValueError, match="rank=0 is outside"):
+    with pytest.raises(ValueError, match=r"rank=0: must be in \[1, 1048576\]"):
         PowerSGD(0)
 
 
@@ -109,5 +109,3 @@ def test_setup_errors():
         Setup("topk", 2.0)
     with pytest.raises(ValueError, match="rank=100 is larger than a 64 x 64 matrix"):
         Setup("powersgd", 100)
-    with pytest.raises(ValueError, match="less than one batch"):
-        steps_per_epoch(10, 4, 16)
