@@ -181,9 +181,9 @@ print(crashed.summary())
 # workers carry on from the clocks the server recorded.
 
 # %%
-from coursekit.parallel.param_server.checkpoint import latest_version
+from coursekit.parallel.checkpoint import ShardState
 
-saved = latest_version(ckpt, 1)
+saved = ShardState.latest(ckpt, 1)  # the newest version every shard (here: one) saved intact
 restart = train(LocalRunner(4), PSConfig(model="asp", n_workers=3, steps=150, resume=True,
                                          checkpoint_dir=ckpt), digits)
 saved, restart.servers[0].version > saved, [w.status for w in restart.workers]

@@ -1,5 +1,5 @@
-"""Checkpoints are tamper- and crash-evident (issue 17, both writers: data-parallel and
-parameter-server). A truncated, bit-flipped, tampered, copied, missing or half-written
+"""Checkpoints (coursekit.parallel.checkpoint) are tamper- and crash-evident (issue 17, both
+states: data-parallel ranks and parameter-server shards). A truncated, bit-flipped, tampered, copied, missing or half-written
 file is detected; resume falls back to the newest step whose files are all valid, names
 the bad file and why, and loads exactly what was saved there; with nothing valid left it
 fails naming every file. A SIGKILL in the middle of a save never leaves a damaged file under
@@ -30,11 +30,9 @@ import pytest
 from coursekit.data import load_digits
 from coursekit.parallel import data_parallel
 from coursekit.parallel.param_server import async_sgd
-from coursekit.parallel.data_parallel import checkpoint
-from coursekit.parallel.param_server import checkpoint as ps_checkpoint
 from coursekit.parallel.param_server import PSConfig
-from coursekit.parallel.checkpoint_files import (CheckpointFallbackWarning, CorruptCheckpoint,
-                                                 Series, read, write)
+from coursekit.parallel.checkpoint import (CheckpointFallbackWarning, CorruptCheckpoint, RankState,
+                                           Series, ShardState, read, write)
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.runner import LocalRunner, RankFailure
 
@@ -44,29 +42,28 @@ N = 3000       # float64 values per array: the middle of a file lies in the arra
 FP = "integrity-test"
 
 
-# ---- the two writers, behind one interface ------------------------------------------------------
-def _dp_checkpoint(step: int, rank: int, n: int = N) -> checkpoint.Checkpoint:
+# ---- the two states, behind one interface -------------------------------------------------------
+def _dp_checkpoint(step: int, rank: int, n: int = N) -> RankState:
     rng = np.random.default_rng([step, rank])
-    return checkpoint.Checkpoint(step, rng.standard_normal(n), rng.standard_normal(n),
-                                 rng.bit_generator.state, rng.permutation(50), PARTS, FP)
+    return RankState(rank, PARTS, step, rng.standard_normal(n), rng.standard_normal(n),
+                     rng.bit_generator.state, rng.permutation(50), FP)
 
 
 def _dp_resume(directory) -> tuple[int, list[dict]]:
-    states = [checkpoint.load(directory, rank, PARTS, FP) for rank in range(PARTS)]
+    states = [RankState.load(directory, rank, PARTS, fingerprint=FP) for rank in range(PARTS)]
     return states[0].step, [asdict(s) for s in states]
 
 
-def _ps_state(version: int, shard: int, n: int = N) -> ps_checkpoint.ShardState:
+def _ps_state(version: int, shard: int, n: int = N) -> ShardState:
     rng = np.random.default_rng([version, shard, 7])
-    return ps_checkpoint.ShardState(shard, PARTS, shard * n, (shard + 1) * n,
-                                    rng.standard_normal(n), rng.standard_normal(n), version,
-                                    3 * version, rng.integers(0, 100, 4))
+    return ShardState(shard, PARTS, shard * n, (shard + 1) * n, rng.standard_normal(n),
+                      rng.standard_normal(n), version, 3 * version, rng.integers(0, 100, 4))
 
 
 def _ps_resume(directory) -> tuple[int, list[dict]]:
-    version = ps_checkpoint.latest_version(directory, PARTS)
-    return version, [asdict(ps_checkpoint.load(directory, k, PARTS, k * N, (k + 1) * N, version, 4))
-                     for k in range(PARTS)]
+    states = [ShardState.load(directory, k, PARTS, lo=k * N, hi=(k + 1) * N, n_workers=4)
+              for k in range(PARTS)]
+    return states[0].version, [asdict(s) for s in states]
 
 
 @dataclass(frozen=True)
@@ -83,13 +80,13 @@ class Writer:
 
 WRITERS = [
     Writer("data-parallel", "step", lambda k, p: f"ckpt-{k:08d}-rank{p}.npz",
-           lambda d, k, p, n=N: checkpoint.save(d, p, _dp_checkpoint(k, p, n)),
+           lambda d, k, p, n=N: _dp_checkpoint(k, p, n).save(d),
            lambda k, p: asdict(_dp_checkpoint(k, p)), _dp_resume,
-           rf"no complete checkpoint for {PARTS} workers", '"size": '),
+           rf"no checkpoint in .* has intact files from all {PARTS} ranks", '"size": '),
     Writer("parameter-server", "version", lambda k, p: f"shard{p}of{PARTS}_v{k}.npz",
            lambda d, k, p, n=N: _ps_state(k, p, n).save(d),
            lambda k, p: asdict(_ps_state(k, p)), _ps_resume,
-           rf"no checkpoint in .* has all {PARTS} shards intact", '"applied": '),
+           rf"no checkpoint in .* has intact files from all {PARTS} shards", '"applied": '),
 ]
 
 
@@ -244,18 +241,30 @@ def test_reserved_names_are_refused_with_what_is_reserved(tmp_path):
         write(tmp_path / "x.npz", {"__meta__": np.zeros(1)}, {})
     with pytest.raises(ValueError, match=r"meta names 'key' and 'part' are reserved; got "
                                          r"\['key'\]"):
-        Series(tmp_path, "f{key}-{part}.npz", re.compile(r"f(?P<key>\d+)-(?P<part>\d+)\.npz"),
-               "step", "rank").save(1, 0, {}, {"key": 2}, keep=2)
+        Series(tmp_path, "f{key}-{part}.npz", 1, "step", "rank").save(1, 0, {}, {"key": 2}, keep=2)
+
+
+def test_a_series_reads_only_the_names_its_template_makes(tmp_path):
+    series = Series(tmp_path, "shard{part}of{parts}_v{key}.npz", 2, "version", "shard")
+    for name in ("shard0of2_v5.npz", "shard1of2_v5.npz", "shard0of3_v7.npz", "shard0of2_v05.npz",
+                 "shard0of2_v6.npz.tmp", "xshard0of2_v8.npz", "shard0of2_v9.npzx", "notes.txt"):
+        (tmp_path / name).touch()
+    assert series.listing() == {5: {0: tmp_path / "shard0of2_v5.npz",
+                                     1: tmp_path / "shard1of2_v5.npz"}}
+    padded = Series(tmp_path, "ckpt-{key:08d}-rank{part}.npz", 2, "step", "rank")
+    (tmp_path / "ckpt-5-rank0.npz").touch()  # not padded: not a name this template makes
+    (tmp_path / "ckpt-00000005-rank1.npz").touch()
+    assert padded.listing() == {5: {1: tmp_path / "ckpt-00000005-rank1.npz"}}
 
 
 # ---- a real kill -9 during a save ----------------------------------------------------------------
 N_BIG = 2_000_000  # 16 MB of float64 per file: a save takes a good fraction of a second
 
 
-def _big_checkpoint(base: np.ndarray, step: int, rank: int) -> checkpoint.Checkpoint:
+def _big_checkpoint(base: np.ndarray, step: int, rank: int) -> RankState:
     rng = np.random.default_rng([step, rank])
-    return checkpoint.Checkpoint(step, base + (step + rank / 2), np.empty(0),
-                                 rng.bit_generator.state, rng.permutation(100), PARTS, FP)
+    return RankState(rank, PARTS, step, base + (step + rank / 2), np.empty(0),
+                     rng.bit_generator.state, rng.permutation(100), FP)
 
 
 def _base() -> np.ndarray:
@@ -267,7 +276,7 @@ def _save_forever(directory: str, step: int) -> None:
     base = _base()
     while True:
         for rank in range(PARTS):
-            checkpoint.save(directory, rank, _big_checkpoint(base, step, rank))
+            _big_checkpoint(base, step, rank).save(directory)
         step += 1
 
 
@@ -313,7 +322,7 @@ def test_sigkill_in_the_middle_of_saves_never_loads_a_wrong_state(tmp_path):
     base = _base()
     directory = tmp_path / "ckpt"
     for rank in range(PARTS):
-        checkpoint.save(directory, rank, _big_checkpoint(base, 0, rank))
+        _big_checkpoint(base, 0, rank).save(directory)
     step, killed_mid_write, resumed = 0, 0, []
     # kill within 10 ms of a write's start (3 times), or 0.5 to 2 s after the start (twice:
     # while it imports, hashes, writes or deletes); the victim's first write begins ~0.7 s in
@@ -336,7 +345,7 @@ def test_sigkill_in_the_middle_of_saves_never_loads_a_wrong_state(tmp_path):
         resumed.append(step)
     assert killed_mid_write >= 3 and resumed == sorted(resumed) and resumed[-1] > 0
     for rank in range(PARTS):  # the next save cleans up what the kills left
-        checkpoint.save(directory, rank, _big_checkpoint(base, step + 1, rank))
+        _big_checkpoint(base, step + 1, rank).save(directory)
     assert not list(directory.glob("*.tmp"))
     assert _dp_resume(directory)[0] == step + 1
 

@@ -13,7 +13,8 @@
   :mod:`.buckets` - gradient buckets overlapped with the backward pass;
 * :mod:`.sampler` - each worker's rows of the global batch; :mod:`.lr_rules` - the
   learning-rate rules for a batch that grows with the workers;
-* :mod:`.checkpoint` - every k steps, resume bit for bit;
+* checkpoints every k steps, resumed bit for bit:
+  :class:`coursekit.parallel.checkpoint.RankState`;
 * :mod:`.experiments` - chapter 3's sweeps (exchange, LR rules, stragglers, scaling).
 """
 

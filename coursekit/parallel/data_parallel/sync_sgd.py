@@ -13,7 +13,7 @@ tests check that sync allreduce training on 1, 2, 3, 4 ranks gives the parameter
 :func:`coursekit.nn.train` on the concatenated batches (float64, tight tolerance). Synchronous
 means every step waits for the slowest worker (:mod:`..spans` injects a straggler), and a
 worker that dies stops the run: the others time out waiting for it, and the run's
-:class:`~coursekit.runner.RankFailure` names it. :mod:`.checkpoint` saves every k steps;
+:class:`~coursekit.runner.RankFailure` names it. :mod:`..checkpoint` saves every k steps;
 ``resume=True`` continues from the newest complete checkpoint whose files are intact (damaged ones are
 skipped with a warning) and gives the uninterrupted run's parameters.
 
@@ -38,12 +38,12 @@ from coursekit.nn.optim import Momentum, make_optimizer
 from coursekit.parallel.faults import check_may_kill
 from coursekit.runner import Runner
 
-from . import checkpoint
 from .config import DPConfig
 from .results import DPResult, RankResult, combine_ranks
 from .exchange import Exchange, check_gradient_sum
 from .lr_rules import LRSchedule
 from .sampler import Sampler
+from ..checkpoint import RankState
 from ..spans import COMPUTE_KINDS, SpanRecorder, step_totals
 
 __all__ = ["DPConfig", "DPResult", "RankResult", "WorkerCrashed", "train", "train_worker"]
@@ -174,13 +174,12 @@ def _velocity(opt) -> np.ndarray:
 
 def _save(cfg, rank, n, step, mlp, opt, sampler) -> None:
     rng_state, permutation, _ = sampler.state()
-    checkpoint.save(cfg.checkpoint_dir, rank, checkpoint.Checkpoint(
-        step, mlp.params.copy(), _velocity(opt).copy(), rng_state, permutation, n,
-        cfg.fingerprint(n)))
+    RankState(rank, n, step, mlp.params.copy(), _velocity(opt).copy(), rng_state, permutation,
+              cfg.fingerprint(n)).save(cfg.checkpoint_dir)
 
 
 def _restore(cfg, rank, n, mlp, opt, sampler) -> int:
-    ckpt = checkpoint.load(cfg.checkpoint_dir, rank, n, cfg.fingerprint(n))
+    ckpt = RankState.load(cfg.checkpoint_dir, rank, n, fingerprint=cfg.fingerprint(n))
     mlp.params[...] = ckpt.params
     _velocity(opt)[...] = ckpt.velocity
     sampler.restore(ckpt.rng_state, ckpt.permutation, (ckpt.step - 1) // sampler.steps_per_epoch)

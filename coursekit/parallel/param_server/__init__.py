@@ -8,7 +8,8 @@ True
 * :mod:`.async_sgd` - :func:`train_ps` (every rank's part) and :func:`train` on a runner;
 * :mod:`.server` - a shard (SSP / ASP); :mod:`.bsp` - the lockstep loops of BSP;
 * :mod:`.worker` - a worker's pull / compute / push; :mod:`.protocol` - the messages;
-* :mod:`.consistency` - the SSP clock gate; :mod:`.checkpoint` - the shards' checkpoints;
+* :mod:`.consistency` - the SSP clock gate; the shards' checkpoints:
+  :class:`coursekit.parallel.checkpoint.ShardState`;
 * :mod:`.config` / :mod:`.results` - :class:`PSConfig` in, :class:`PSResult` out.
 """
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from coursekit.comm.trace import now
 from coursekit.nn.optim import make_optimizer
-from . import checkpoint as ps_checkpoint
+from coursekit.parallel.checkpoint import ShardState
 from coursekit.parallel.param_server.consistency import combined_push, ordered_mean, pull_bound, ssp_gate
 from coursekit.parallel.param_server.protocol import (EVICTED, HELLO, OK, OP_NAMES, PULL, PUSH,
                                             TAG_GRAD, decode_request, recv_request, send_reply)
@@ -64,9 +64,8 @@ class ShardServer:
 
     def _restore(self) -> None:
         cfg = self.cfg
-        version = ps_checkpoint.latest_version(cfg.checkpoint_dir, cfg.n_servers)
-        state = ps_checkpoint.load(cfg.checkpoint_dir, self.shard, cfg.n_servers, self.lo, self.hi,
-                                   version, cfg.n_workers)
+        state = ShardState.load(cfg.checkpoint_dir, self.shard, cfg.n_servers, lo=self.lo,
+                                hi=self.hi, n_workers=cfg.n_workers)
         self.params[...] = state.params
         if state.velocity is not None and hasattr(self.opt, "velocity"):
             self.opt.velocity[...] = state.velocity
@@ -193,9 +192,9 @@ class ShardServer:
     def finished(self) -> bool:
         return bool(np.all(self.done | ~self.live))
 
-    def state(self) -> ps_checkpoint.ShardState:
+    def state(self) -> ShardState:
         velocity = getattr(self.opt, "velocity", None)
-        return ps_checkpoint.ShardState(
+        return ShardState(
             self.shard, self.cfg.n_servers, self.lo, self.hi, self.params.copy(),
             None if velocity is None else velocity.copy(), self.version, self.applied,
             self.clocks.copy())

@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from coursekit.parallel.data_parallel import checkpoint
+from coursekit.parallel.checkpoint import RankState
 from coursekit.parallel.data_parallel.buckets import make_buckets, ready_after_layer
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig, WorkerCrashed
@@ -36,7 +36,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_parameters(data, tmp_path,
                                           r"step 13"):
         data_parallel.train(LocalRunner(8, comm_timeout=5),
                             replace(config, crash_rank=2, crash_step=13), data, workers=3)
-    assert checkpoint.latest_step(tmp_path, 3) == 10
+    assert RankState.latest(tmp_path, 3) == 10
     resumed = data_parallel.train(THREADS, config, data, workers=3, resume=True)
     assert resumed.first_step == 10
     np.testing.assert_array_equal(resumed.params, whole.params)  # bit for bit
@@ -48,15 +48,19 @@ def test_only_the_last_complete_checkpoints_are_kept(data, tmp_path):
                         data, workers=2)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == [f"ckpt-{s:08d}-rank{r}.npz" for s in (20, 24) for r in (0, 1)]
-    assert checkpoint.latest_step(tmp_path, 2) == 24
-    assert checkpoint.latest_step(tmp_path, 3) is None  # rank 2 never wrote
+    assert RankState.latest(tmp_path, 2) == 24
+    with pytest.raises(ValueError, match=r"no checkpoint in .* has intact files from all 3 ranks "
+                                         r"\(files from ranks \[0, 1\]; unusable: "
+                                         r"ckpt-00000024-rank2\.npz: missing"):
+        RankState.latest(tmp_path, 3)  # rank 2 never wrote
 
 
 def test_resume_refuses_a_different_run(data, tmp_path):
     data_parallel.train(THREADS, cfg(checkpoint_dir=str(tmp_path), checkpoint_every=4),
                         data, workers=2)
     # the ranks read the checkpoints: RankFailure, with the ranks' ValueError
-    with pytest.raises(RankFailure, match="ValueError: no complete checkpoint for 3 workers"):
+    with pytest.raises(RankFailure, match="ValueError: no checkpoint in .* has intact files from "
+                                          "all 3 ranks"):
         data_parallel.train(THREADS, cfg(checkpoint_dir=str(tmp_path)),
                             data, workers=3, resume=True)
     with pytest.raises(RankFailure, match="ValueError: .*written by a different run"):

@@ -6,8 +6,7 @@ import pytest
 from coursekit.comm import run_local
 from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
-from coursekit.parallel.param_server import checkpoint as ps_checkpoint
-from coursekit.parallel.checkpoint_files import CheckpointFallbackWarning
+from coursekit.parallel.checkpoint import CheckpointFallbackWarning, ShardState
 from coursekit.parallel.param_server.async_sgd import PSConfig, collect, train, train_ps
 from coursekit.runner import LocalRunner, RankFailure
 from coursekit.parallel.param_server.protocol import (DONE, HELLO, PULL, PUSH, recv_reply, send_request,
@@ -151,7 +150,7 @@ def test_a_restarted_run_continues_from_the_checkpoint_without_losing_updates(tm
 def test_asp_restart_keeps_every_update_taken_before_the_checkpoint(tmp_path):
     common = dict(model="asp", n_workers=2, checkpoint_dir=str(tmp_path))
     first = train(THREADS, PSConfig(steps=10, checkpoint_every=4, **common), DATA)
-    saved = ps_checkpoint.latest_version(tmp_path, 1)
+    saved = ShardState.latest(tmp_path, 1)
     assert saved == 20 and first.servers[0].version == 20
     assert sorted(p.name for p in tmp_path.glob("*.npz")) == [  # the newest 3 are kept
         "shard0of1_v12.npz", "shard0of1_v16.npz", "shard0of1_v20.npz"]
@@ -160,18 +159,18 @@ def test_asp_restart_keeps_every_update_taken_before_the_checkpoint(tmp_path):
     assert [w.steps for w in again.workers] == [5, 5]
 
 
-@pytest.mark.filterwarnings("ignore::coursekit.parallel.checkpoint_files.CheckpointFallbackWarning")
+@pytest.mark.filterwarnings("ignore::coursekit.parallel.checkpoint.CheckpointFallbackWarning")
 def test_only_a_version_every_shard_saved_is_restored(tmp_path):
     cfg = PSConfig(model="ssp", n_servers=2, n_workers=2, steps=10, checkpoint_every=5,
                    checkpoint_dir=str(tmp_path))
     train(THREADS, cfg, DATA)
-    assert ps_checkpoint.latest_version(tmp_path, 2) == 10
+    assert ShardState.latest(tmp_path, 2) == 10
     (tmp_path / "shard1of2_v10.npz").unlink()  # shard 1 died before saving version 10
     with pytest.warns(CheckpointFallbackWarning,
                       match=r"shard1of2_v10\.npz: missing .* Using version 5"):
-        assert ps_checkpoint.latest_version(tmp_path, 2) == 5
-    with pytest.raises(ValueError, match="no checkpoint in .* has all 3 shards"):
-        ps_checkpoint.latest_version(tmp_path, 3)
+        assert ShardState.latest(tmp_path, 2) == 5
+    with pytest.raises(ValueError, match="no checkpoint in .* has intact files from all 3 shards"):
+        ShardState.latest(tmp_path, 3)
     # checked by the shards, where the checkpoints are: the run's one error type names them
     with pytest.raises(RankFailure, match="ValueError: .* has clocks for 2 workers; this run has 3"):
         train(THREADS, PSConfig(model="ssp", n_servers=2, n_workers=3, steps=10, resume=True,
