@@ -1,9 +1,29 @@
-"""What each rank did when: compute and communication spans, and the injected straggler.
+"""What each rank did when: the one :class:`Span` type, compute and communication spans, and
+the injected straggler.
 
-A :class:`SpanRecorder` records ``(rank, kind, t_start, t_end)`` tuples on the same clock
-as the message trace (:func:`coursekit.comm.trace.now`), so they draw on one timeline
-with :func:`coursekit.viz.plot_timeline` (kinds: "forward", "backward", "compute",
-"optimizer", "comm", "idle"; colours from :mod:`coursekit.viz.style`).
+A :class:`Span` ``(rank, kind, start, end, action)`` says that ``rank`` did ``kind`` from
+``start`` to ``end``. Every part of the library that records or reads what ranks did uses
+it: data-parallel SGD (:class:`SpanRecorder`, ``RankResult.spans`` / ``DPResult.spans``),
+the parameter server's workers (``WorkerReport.spans``), the pipeline (``simulate(...)``
+and ``run_pipeline(...)`` timelines), the simulator's replays (``Replay.spans``), and
+whatever draws them (:func:`coursekit.viz.plot_timeline`, :mod:`coursekit.viz.pipeline`,
+the panels). ``kind`` names the activity: "forward", "backward", "compute", "optimizer",
+"comm", "send", "idle" (colours from :mod:`coursekit.viz.style`).
+
+A pipeline span also says which action it ran: its ``action`` is the schedule's
+:class:`~coursekit.parallel.pipeline.Action` (kind, stage, micro-batch), and its ``kind``
+is that action's kind, so ``kind`` is filled the same way everywhere (build one with
+:meth:`Span.of_action`). Other spans leave ``action`` None. One optional field was chosen
+over a second type or a "detail" string because the pipeline's readers need the stage and
+the micro-batch as numbers (chunk shading, micro-batch labels,
+checking a timeline against its schedule), and the Action
+already is the schedule's vocabulary; readers that only want kinds and times treat every
+span alike.
+
+Times are on one clock per producer: data parallel and the pipeline's measured runs use the
+message trace's (:func:`coursekit.comm.trace.now`), so spans and messages draw on one
+timeline; parameter-server workers count seconds from the run's start; simulators count in
+their own units.
 
 Straggler injection: a recorder with ``slow_factor`` s > 1 stretches every compute span
 to s times its measured length (it spins (s - 1) * t after each, keeping its core busy as
@@ -20,14 +40,39 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from coursekit.comm.trace import now
 
-__all__ = ["COMPUTE_KINDS", "SpanRecorder", "step_totals"]
+if TYPE_CHECKING:
+    from coursekit.parallel.pipeline.actions import Action
+
+__all__ = ["COMPUTE_KINDS", "Span", "SpanRecorder", "step_totals"]
 
 COMPUTE_KINDS = ("forward", "backward", "compute", "optimizer")
+
+
+class Span(NamedTuple):
+    """``rank`` did ``kind`` from ``start`` to ``end``; ``action``: the pipeline action it
+    ran, else None (see the module docstring)."""
+
+    rank: int
+    kind: str
+    start: float
+    end: float
+    action: Action | None = None
+
+    @property
+    def duration(self) -> float:
+        """end - start."""
+        return self.end - self.start
+
+    @classmethod
+    def of_action(cls, rank: int, action: Action, start: float, end: float) -> Span:
+        """The span of a pipeline ``action`` on ``rank``: its kind is the action's."""
+        return cls(rank, action.kind, start, end, action)
 
 
 class SpanRecorder:
@@ -38,11 +83,11 @@ class SpanRecorder:
             raise ValueError(f"slow_factor must be >= 1 (1 = normal speed), got {slow_factor!r}")
         self.rank = rank
         self.slow_factor = float(slow_factor)
-        self.spans: list[tuple] = []
+        self.spans: list[Span] = []
 
     def record(self, kind: str, t0: float, t1: float) -> None:
         """Add a span measured elsewhere (safe to call from another thread)."""
-        self.spans.append((self.rank, kind, t0, t1))
+        self.spans.append(Span(self.rank, kind, t0, t1))
 
     @contextmanager
     def compute(self, kind: str = "compute"):
@@ -62,12 +107,12 @@ class SpanRecorder:
         yield
         self.record(kind, t0, now())
 
-    def take(self) -> list[tuple]:
+    def take(self) -> list[Span]:
         """The spans recorded so far (e.g. one step's), removed from the recorder."""
         spans, self.spans = self.spans, []
         return spans
 
 
 def step_totals(spans, kinds) -> float:
-    """Total seconds of the spans whose kind is in ``kinds``."""
-    return float(np.sum([t1 - t0 for _, kind, t0, t1 in spans if kind in kinds], dtype=float))
+    """Total duration of the spans whose kind is in ``kinds``: sum of end - start."""
+    return float(np.sum([s.duration for s in spans if s.kind in kinds], dtype=float))

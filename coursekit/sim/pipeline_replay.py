@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from coursekit import checks
 from coursekit.parallel.pipeline import Schedule, validate
 from coursekit.parallel.pipeline.simulate import action_times
+from coursekit.parallel.spans import step_totals
 
 from .network import Network
 from .replay import Compute, Recv, Replay, Send, replay
@@ -85,6 +86,6 @@ def replay_schedule(sched: Schedule, net: Network, t_f: float = 1.0, t_i: float 
                          f"{net.p} ({net.nodes} nodes x {net.ranks_per_node}); they must match")
     result = replay(programs_from_schedule(sched, t_f, t_i, t_w, activation_bytes), net)
     total = result.makespan
-    busy = sum(b - a for _, kind, a, b in result.spans if kind in _KIND.values())
+    busy = step_totals(result.spans, _KIND.values())
     bubble = 1 - busy / (sched.stages * total) if total > 0 else 0.0
     return PipelineReplay(total, float(bubble), result)

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from coursekit import checks
+from coursekit.parallel.spans import Span
 
 from .network import Network
 
@@ -59,8 +60,8 @@ class Deadlock(ValueError):
 class Replay:
     """Result of :func:`replay`: per-rank finish times and what happened when.
 
-    ``spans``: ``(rank, kind, t_start, t_end)`` for compute, sends (link busy) and waits in
-    recv, ready for :func:`coursekit.viz.plot_timeline` (``spans=``).
+    ``spans``: :class:`~coursekit.parallel.spans.Span` s for compute, sends (link busy) and
+    waits in recv, ready for :func:`coursekit.viz.plot_timeline` (``spans=``).
     """
 
     finish: np.ndarray
@@ -120,13 +121,13 @@ def replay(programs, net: Network) -> Replay:
         while pc[r] < len(prog):
             op = prog[pc[r]]
             if isinstance(op, Compute):
-                spans.append((r, op.kind, clock[r], clock[r] + op.seconds))
+                spans.append(Span(r, op.kind, clock[r], clock[r] + op.seconds))
                 clock[r] += op.seconds
             elif isinstance(op, Send):
                 alpha, beta = net.link(r, op.dst)
                 start = max(clock[r], port[r])
                 port[r] = start + alpha + op.nbytes * beta
-                spans.append((r, "send", start, port[r]))
+                spans.append(Span(r, "send", start, port[r]))
                 key = (r, op.dst, op.tag)
                 mail[key].append(port[r])
                 if waiting.pop(key, None) is not None:
@@ -138,7 +139,7 @@ def replay(programs, net: Network) -> Replay:
                     break
                 arrival = mail[key].popleft()
                 if arrival > clock[r]:
-                    spans.append((r, "idle", clock[r], arrival))
+                    spans.append(Span(r, "idle", clock[r], arrival))
                     clock[r] = arrival
             pc[r] += 1
     stuck = [r for r in range(p) if pc[r] < len(programs[r])]

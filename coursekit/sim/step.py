@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coursekit import checks
+from coursekit.parallel.spans import Span
 
 from .allreduce_time import ALGORITHMS, allreduce_time
 from .network import Network
@@ -141,12 +142,13 @@ class StepResult:
         """Samples per second of the whole job."""
         return self.samples / self.step_s
 
-    def spans(self):
-        """``(row, kind, start, end)`` bars: row 0 compute, row 1 the allreduces."""
-        bars = [(0, "forward", 0.0, self.forward_end_s),
-                (0, "backward", self.forward_end_s, self.backward_end_s),
-                (0, "optimizer", self.step_s - self.update_s, self.step_s)]
-        bars += [(1, "comm", a, b) for a, b in zip(self.bucket_start_s, self.bucket_end_s)]
+    def spans(self) -> list[Span]:
+        """The step of a worker (every worker's is alike) as Spans on two rows, whose
+        ``rank`` is the row: 0 its compute, 1 its allreduces (which overlap the backward)."""
+        bars = [Span(0, "forward", 0.0, self.forward_end_s),
+                Span(0, "backward", self.forward_end_s, self.backward_end_s),
+                Span(0, "optimizer", self.step_s - self.update_s, self.step_s)]
+        bars += [Span(1, "comm", a, b) for a, b in zip(self.bucket_start_s, self.bucket_end_s)]
         return bars
 
 

@@ -98,9 +98,9 @@ def plot_at_scale(r: AtScaleResult, title: str = "") -> Figure:
 def draw_step(ax, step: StepResult) -> None:
     """One simulated step on ``ax`` in ms: forward / backward / update on the compute row,
     one bar per bucket allreduce on the row below (the course's colours)."""
-    for row, kind, a, b in step.spans():
-        if b > a:
-            ax.barh(row, 1e3 * (b - a), left=1e3 * a, height=0.6, color=color(kind),
+    for s in step.spans():
+        if s.end > s.start:
+            ax.barh(s.rank, 1e3 * s.duration, left=1e3 * s.start, height=0.6, color=color(s.kind),
                     edgecolor="white", linewidth=0.3)
     ax.set_yticks([0, 1], ["compute", "allreduce"])
     ax.set_ylim(1.6, -0.9)

@@ -44,7 +44,7 @@ def plot_timeline_of(result, ax=None, title=None):
 
     Waiting ("idle") is drawn first, so the reducer's messages show on top of it.
     """
-    spans = sorted(result.spans, key=lambda s: s[1] != "idle")
+    spans = sorted(result.spans, key=lambda s: s.kind != "idle")
     return plot_timeline(result.traces, spans, ax=ax, arrows=False, title=title)
 
 
@@ -155,7 +155,7 @@ def plot_live(data) -> Figure:
     ax_loss, ax_tl = fig.subplots(1, 2, width_ratios=[1, 1.6])
     ax_loss.plot(np.arange(1, loss.size + 1), loss, color=color("measured"), lw=1)
     ax_loss.set(xlabel="step", ylabel="batch loss")
-    spans = sorted((s for d in data for s in d.get("spans", ())), key=lambda s: s[1] != "idle")
+    spans = sorted((s for d in data for s in d.get("spans", ())), key=lambda s: s.kind != "idle")
     if spans:
         plot_timeline([[] for _ in data], spans, ax=ax_tl, title="latest step")
     else:

@@ -97,7 +97,7 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
 def plot_worker_timeline(result, title: str | None = None):
     """Every worker's compute / send / idle spans as a timeline (one row per worker)."""
     workers = [w for w in result.workers if w is not None]
-    spans = [(row, kind, a, b) for row, w in enumerate(workers) for kind, a, b in w.spans]
+    spans = [s._replace(rank=row) for row, w in enumerate(workers) for s in w.spans]
     fig = plot_timeline([[] for _ in workers], spans, arrows=False, t0=0.0,
                         title=title or label(result.config))
     fig.axes[0].set_yticks(range(len(workers)), [f"worker {w.worker}" for w in workers])

@@ -65,8 +65,8 @@ def test_replay_compute_and_messages():
     programs = [[Compute(0.5), Send(1, 1000, tag=3)], [Recv(0, tag=3), Compute(0.25)]]
     r = replay(programs, net)
     assert r.finish.tolist() == pytest.approx([0.5 + 1e-3 + 1e-3, 0.5 + 2e-3 + 0.25])
-    kinds = {s[1] for s in r.spans}
-    assert kinds == {"compute", "send", "idle"}
+    assert {(s.rank, s.kind) for s in r.spans} == {(0, "compute"), (0, "send"), (1, "idle"),
+                                                    (1, "compute")}
 
 
 def test_replay_sends_share_the_senders_link():

@@ -10,6 +10,7 @@ from matplotlib import pyplot as plt  # noqa: E402
 
 from coursekit import collectives as C  # noqa: E402
 from coursekit.comm import Message, run_local  # noqa: E402
+from coursekit.parallel.spans import Span  # noqa: E402
 from coursekit.viz import byte_label, color, match_messages, plot_timeline, time_unit  # noqa: E402
 
 
@@ -40,10 +41,13 @@ def test_matching_is_fifo_per_tag():
 
 
 def test_spans_and_colours():
-    fig = plot_timeline([[], []], spans=[(0, "compute", 0.0, 1.0), (1, "idle", 0.0, 0.5)])
+    fig = plot_timeline([[], []], spans=[Span(0, "compute", 0.0, 1.0), Span(1, "idle", 0.0, 0.5)])
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == ["compute", "idle"]
     plt.close(fig)
+    with pytest.raises(TypeError, match=r"each of spans must be a Span \(coursekit.parallel.spans\); "
+                                        r"got tuple"):
+        plot_timeline([[]], spans=[(0, "compute", 0.0, 1.0)])
     with pytest.raises(ValueError, match="known:"):
         color("bogus")
     with pytest.raises(ValueError, match="at least one"):

@@ -66,8 +66,8 @@ class BucketReducer:
     ``launch(k)`` queues bucket k (it is multiplied by ``scale`` first: the worker's weight
     n_r / B); ``wait()`` blocks until every launched bucket is done and re-raises the first
     error the thread hit (e.g. a CommTimeout naming the peer). The Comm is used only by the
-    thread while buckets are in flight. ``spans`` collects ``(kind, t_start, t_end)`` of
-    each bucket's allreduce. Call :meth:`close` when done (or use ``with``).
+    thread while buckets are in flight. ``record(kind, t_start, t_end)`` (e.g.
+    :meth:`~coursekit.parallel.spans.SpanRecorder.record`) gets each bucket's allreduce. Call :meth:`close` when done (or use ``with``).
     """
 
     def __init__(self, comm, grad: np.ndarray, buckets: list[slice], algorithm: str,

@@ -46,7 +46,7 @@ class RankResult:
     step_s: np.ndarray        # wall time of each step (without reading the data)
     compute_s: np.ndarray     # forward + backward + optimizer (stretched on a straggler)
     io_s: np.ndarray          # reading this worker's rows
-    spans: list               # (rank, kind, t0, t1) of the last config.timeline_steps steps
+    spans: list               # Spans (coursekit.parallel.spans) of the last timeline_steps steps
     trace: list               # Messages of the same steps
     eval_steps: np.ndarray    # rank 0 only: steps after which the test accuracy was taken
     test_accuracy: np.ndarray

@@ -43,8 +43,9 @@ class WorkerReport:
 
     ``status``: "finished", "evicted" (a shard had declared it lost) or "crashed" (a
     simulated crash on a ThreadComm rank; a killed process returns no report at all).
-    ``spans``: ``(kind, t_start, t_end)`` with kind "compute", "idle" (waiting for weights)
-    or "send" (pushing), for a per-worker timeline. ``curve_*``: at each snapshot, the time,
+    ``spans``: :class:`~coursekit.parallel.spans.Span` s on the worker's rank, in seconds
+    from the start, with kind "compute", "idle" (waiting for weights) or "send" (pushing),
+    for a per-worker timeline. ``curve_*``: at each snapshot, the time,
     the gradients the weights contained (shard 0's ``applied``) and their test accuracy.
     """
 

@@ -22,6 +22,7 @@ from coursekit.data import shard
 from coursekit.nn import MLP
 from coursekit.parallel.param_server.protocol import DONE, PULL, PUSH, recv_reply, send_request
 from coursekit.parallel.param_server.results import WorkerReport
+from coursekit.parallel.spans import Span, step_totals
 
 
 def batch_rows(seed: int, worker: int, step: int, n_rows: int, batch_size: int) -> np.ndarray:
@@ -50,7 +51,7 @@ class Worker:
         self.jitter = np.random.default_rng([config.seed, worker, 1 << 30])
         self.delay = float(config.straggler.get(worker, 0.0))
         self.crash_at = config.crash.get(worker)
-        self.spans: list[tuple[str, float, float]] = []
+        self.spans: list[Span] = []
         self.reporter = live.Reporter(interval=0.2, series=("t", "applied", "accuracy"))
         self.next_snapshot = 0
         self.steps = 0
@@ -65,7 +66,7 @@ class Worker:
         return now() - self.t0
 
     def _span(self, kind: str, start: float) -> None:
-        self.spans.append((kind, start, self.elapsed()))
+        self.spans.append(Span(self.rank, kind, start, self.elapsed()))
 
     # ---- compute ------------------------------------------------------------------------------
     def compute(self, step: int) -> np.ndarray:
@@ -130,8 +131,7 @@ class Worker:
 
     # ---- record -------------------------------------------------------------------------------
     def _totals(self) -> dict:
-        return {k: sum(b - a for kind, a, b in self.spans if kind == k)
-                for k in ("compute", "idle", "send")}
+        return {k: step_totals(self.spans, (k,)) for k in ("compute", "idle", "send")}
 
     def snapshot(self, step: int) -> None:
         """If ``step`` reached the next snapshot: test accuracy of the weights just pulled,

@@ -34,8 +34,8 @@ from coursekit.collectives.tags import TAG_BASE
 from coursekit.nn import activations, reference
 from coursekit.nn.mlp import MLP
 
+from ..spans import Span
 from .actions import BACKWARD_INPUT
-from .play import Span
 from .schedule_type import Schedule
 from .validate import validate
 
@@ -186,7 +186,7 @@ def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> 
         else:  # RECV_B
             out_grads[s, i] = comm.recv(schedule.rank_of(s + 1), _tag(1, s, i, m))
         if act.is_compute:
-            spans.append(Span(rank, act, t0, now()))
+            spans.append(Span.of_action(rank, act, t0, now()))
     return StepResult(rank, float(loss), grad, spans, memory["peak"], memory["forwards"])
 
 

@@ -9,18 +9,10 @@ If no rank can make progress before all are done, the schedule deadlocks.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable
 
+from ..spans import Span
 from .actions import Action
-
-
-class Span(NamedTuple):
-    """One compute action on one rank, from ``start`` to ``end``."""
-
-    rank: int
-    action: Action
-    start: float
-    end: float
 
 
 class Deadlock(Exception):
@@ -53,7 +45,7 @@ def play(actions, duration: Callable[[Action], float], p2p: float = 0.0) -> list
                     arrival[a.peer()] = clock[r] + p2p
                 else:
                     end = clock[r] + duration(a)
-                    spans[r].append(Span(r, a, clock[r], end))
+                    spans[r].append(Span.of_action(r, a, clock[r], end))
                     clock[r] = end
                 pos[r] += 1
                 progress = True

@@ -32,8 +32,9 @@ import numpy as np
 
 from coursekit import checks
 
+from ..spans import Span
 from .actions import BACKWARD_LAST
-from .play import Span, play
+from .play import play
 from .schedule_type import Schedule
 from .validate import validate
 

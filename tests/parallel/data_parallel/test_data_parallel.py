@@ -97,10 +97,10 @@ def test_bucketed_allreduce_equals_serial(digits, bucket_bytes, overlap):
     cfg = base(bucket_bytes=bucket_bytes, overlap=overlap, momentum=0.9)
     got = data_parallel.train(THREADS, cfg, (X, y), workers=3)
     np.testing.assert_allclose(got.params, serial(cfg, X, y)[0], **TOL)
-    kinds = {kind for _, kind, *_ in got.spans}
+    kinds = {s.kind for s in got.spans}
     assert ({"forward", "backward"} <= kinds) == overlap
     n_buckets = -(-MLP(cfg.sizes).n_params * 8 // bucket_bytes)
-    comm_spans = [s for s in got.spans if s[1] == "comm" and s[0] == 0]
+    comm_spans = [s for s in got.spans if s.kind == "comm" and s.rank == 0]
     assert len(comm_spans) == cfg.timeline_steps * n_buckets  # one allreduce per bucket
 
 

@@ -103,10 +103,10 @@ def test_workers_report_time_throughput_and_accuracy():
     for w in result.workers:
         assert w.steps == cfg.steps and w.throughput > 0
         assert 0 <= w.idle_s <= w.wall_s and 0 < w.compute_s <= w.wall_s
-        kinds = {k for k, _, _ in w.spans}
-        assert kinds == {"compute", "idle", "send"}
-        starts = [a for _, a, _ in w.spans]
-        assert starts == sorted(starts) and all(a <= b for _, a, b in w.spans)
+        assert {s.kind for s in w.spans} == {"compute", "idle", "send"}
+        assert {s.rank for s in w.spans} == {cfg.worker_ranks[w.worker]}
+        starts = [s.start for s in w.spans]
+        assert starts == sorted(starts) and all(s.start <= s.end for s in w.spans)
         assert len(w.curve_t) == cfg.steps // cfg.eval_every
         assert np.all(np.diff(w.curve_applied) >= 0)
     t, applied, acc = result.curve()

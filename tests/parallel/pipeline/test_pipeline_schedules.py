@@ -97,5 +97,6 @@ def test_timeline_follows_schedule_order_without_overlap(name):
     res = simulate(s, t_f=1.0, t_i=2.0, t_w=0.5, p2p=0.1)
     for r, spans in enumerate(res.timeline):
         assert [sp.action for sp in spans] == s.compute(r)
+        assert all(sp.rank == r and sp.kind == sp.action.kind for sp in spans)
         assert all(a.end <= b.start + 1e-12 for a, b in zip(spans, spans[1:]))
     assert res.total_time == pytest.approx(max(sp.end for spans in res.timeline for sp in spans))
