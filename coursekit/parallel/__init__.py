@@ -10,6 +10,7 @@
 * :mod:`coursekit.parallel.zero` - ZeRO stages 0-3: optimizer state, gradients, parameters
   partitioned over the data-parallel ranks.
 
-Shared by them: :mod:`.spans` (compute spans of a step), :mod:`.faults` (which faults a
-shared cluster allows), :mod:`.checkpoint_files` (checkpoints that prove they are whole).
+Shared by them: :mod:`.spans` (the one :class:`~.spans.Span` type: what each rank did when),
+:mod:`.faults` (which faults a shared cluster allows), :mod:`.checkpoint` (the one checkpoint
+module: what data parallel and the parameter server save, in files that prove they are whole).
 """
