@@ -15,10 +15,11 @@ A pipeline span also says which action it ran: its ``action`` is the schedule's
 is that action's kind, so ``kind`` is filled the same way everywhere (build one with
 :meth:`Span.of_action`). Other spans leave ``action`` None. One optional field was chosen
 over a second type or a "detail" string because the pipeline's readers need the stage and
-the micro-batch as numbers (chunk shading, micro-batch labels,
-checking a timeline against its schedule), and the Action
-already is the schedule's vocabulary; readers that only want kinds and times treat every
-span alike.
+the micro-batch as numbers (chunk shading, micro-batch labels, checking a timeline against
+its schedule), and the Action already is the schedule's vocabulary; readers that only want
+kinds and times treat every span alike. (One producer bends ``rank``: the simulated step of
+:meth:`coursekit.sim.StepResult.spans`, where all workers are alike, puts a worker's compute
+on row 0 and its allreduces on row 1.)
 
 Times are on one clock per producer: data parallel and the pipeline's measured runs use the
 message trace's (:func:`coursekit.comm.trace.now`), so spans and messages draw on one
