@@ -29,7 +29,7 @@ def test_a_pipeline_span_carries_its_action_and_its_kind():
     span = Span.of_action(2, F(5, 1), 0.5, 2.0)
     assert span == Span(2, "F", 0.5, 2.0, Action("F", 5, 1))
     assert (span.action.stage, span.action.mb, span.duration) == (5, 1, 1.5)
-    res = simulate(schedule("1f1b", 2, 3), t_f=1.0, t_b=2.0)
+    res = simulate(schedule("1f1b", 2, 3), t_f=1.0, t_i=1.5, t_w=0.5)  # B = I + W: 2.0
     spans = [s for rank in res.timeline for s in rank]
     # the pipeline's spans are read like every other: totals by kind, one clock
     assert step_totals(spans, ("F",)) == pytest.approx(2 * 3 * 1.0)

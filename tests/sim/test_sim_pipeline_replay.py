@@ -25,10 +25,10 @@ def test_free_links_give_simulate_at_p2p_zero(name, times):
 
 def test_each_letter_replays_in_its_own_colour():
     spans = replay_schedule(sched_for("zb_h1"), Network(2, 2, **FREE), 1.0, 1.0, 1.0).replay.spans
-    computed = {kind for _, kind, _, _ in spans} - {"send", "idle"}
+    computed = {s.kind for s in spans} - {"send", "idle"}
     assert computed == {"forward", "input_grad", "weight_grad"}
     spans = replay_schedule(sched_for("1f1b"), Network(2, 2, **FREE)).replay.spans
-    assert {kind for _, kind, _, _ in spans} - {"send", "idle"} == {"forward", "backward"}
+    assert {s.kind for s in spans} - {"send", "idle"} == {"forward", "backward"}
 
 
 def test_two_stages_one_microbatch_by_hand():

@@ -67,7 +67,8 @@ class BucketReducer:
     n_r / B); ``wait()`` blocks until every launched bucket is done and re-raises the first
     error the thread hit (e.g. a CommTimeout naming the peer). The Comm is used only by the
     thread while buckets are in flight. ``record(kind, t_start, t_end)`` (e.g.
-    :meth:`~coursekit.parallel.spans.SpanRecorder.record`) gets each bucket's allreduce. Call :meth:`close` when done (or use ``with``).
+    :meth:`~coursekit.parallel.spans.SpanRecorder.record`) gets each bucket's allreduce.
+    Call :meth:`close` when done (or use ``with``).
     """
 
     def __init__(self, comm, grad: np.ndarray, buckets: list[slice], algorithm: str,
