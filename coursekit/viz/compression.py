@@ -15,9 +15,10 @@ from .style import color, legend_outside, readable_log_ticks, series_color
 __all__ = ["plot_runs"]
 
 
-def plot_runs(results, alpha: float, beta: float) -> Figure:
-    """Accuracy against bytes sent (left) and against time (right), one colour per run."""
-    fig = Figure(figsize=(10, 3.6), layout="constrained")
+def plot_runs(results, alpha: float, beta: float, fig: Figure | None = None) -> Figure:
+    """Accuracy against bytes sent (left) and against time (right), one colour per run,
+    drawn into ``fig`` (default: a new headless 10 x 3.6 in Figure)."""
+    fig = fig or Figure(figsize=(10, 3.6), layout="constrained")
     ax_b, ax_t = fig.subplots(1, 2)
     for i, r in enumerate(results):
         c = series_color(i)
