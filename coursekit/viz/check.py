@@ -14,13 +14,15 @@ matplotlib draws 100 pixels per inch, so a figure is at most :data:`MAX_WIDTH_IN
 * edges (panel pictures only, which are not cropped to their content): no text cut off.
 
 :func:`show` checks the current figure, then shows it: chapters call it instead of
-``plt.show()``; panels check every picture they draw (:func:`enforce`). A broken rule raises
-only in strict mode (``COURSEKIT_STRICT_FIGURES=1``, set by the test suite, so nbval and the
-widget tests fail on it); a student's run is never stopped by a figure's looks.
+``plt.show()``; panels turn every picture into a PNG with :func:`png`, which checks the
+very drawing it saves. A broken rule raises only in strict mode
+(``COURSEKIT_STRICT_FIGURES=1``, set by the test suite, so nbval and the widget tests fail
+on it); a student's run is never stopped by a figure's looks.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 
@@ -29,9 +31,11 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 from matplotlib.patches import Rectangle
 
-__all__ = ["FigureStyleError", "MAX_HEIGHT_IN", "MAX_WIDTH_IN", "enforce", "figure_problems", "show", "strict"]
+__all__ = ["FigureStyleError", "MAX_HEIGHT_IN", "MAX_WIDTH_IN", "enforce", "figure_problems", "png", "show",
+           "strict"]
 
 MAX_WIDTH_IN, MAX_HEIGHT_IN = 10.0, 7.5
 FONT_PT = (7.0, 13.0)
@@ -45,16 +49,19 @@ class FigureStyleError(ValueError):
     """A figure that breaks the course's figure rules; the message lists every problem."""
 
 
-def figure_problems(fig: Figure, *, cropped_to_content: bool = True) -> list[str]:
+def figure_problems(fig: Figure, *, cropped_to_content: bool = True, drawn: bool = False) -> list[str]:
     """Every rule ``fig`` breaks, one readable line each (draws the figure to measure it).
 
     ``cropped_to_content=False``: the picture is the figure's own box (a panel's PNG), so
     text beyond its edge is cut off and counts as a problem; notebooks' inline figures are
     saved cropped to their content (``bbox_inches="tight"``), where it does not.
+    ``drawn=True``: ``fig.canvas`` (an Agg canvas) has just drawn the figure as it is, so
+    that drawing is measured instead of drawing it again (:func:`png` draws once).
     """
-    if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
-        FigureCanvasAgg(fig)
-    fig.canvas.draw()
+    if not drawn:
+        if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
+            FigureCanvasAgg(fig)
+        fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     problems = _size_problems(fig) + _font_problems(fig)
     if not cropped_to_content:
@@ -75,13 +82,28 @@ def strict() -> bool:
     return os.environ.get("COURSEKIT_STRICT_FIGURES") == "1"
 
 
-def enforce(fig: Figure, *, cropped_to_content: bool = True) -> None:
-    """In strict mode, raise FigureStyleError listing every rule ``fig`` breaks."""
+def enforce(fig: Figure, *, cropped_to_content: bool = True, drawn: bool = False) -> None:
+    """In strict mode, raise FigureStyleError listing every rule ``fig`` breaks
+    (``drawn``: see :func:`figure_problems`)."""
     if not strict():
         return
-    problems = figure_problems(fig, cropped_to_content=cropped_to_content)
+    problems = figure_problems(fig, cropped_to_content=cropped_to_content, drawn=drawn)
     if problems:
         raise FigureStyleError("this figure breaks the course's figure rules:\n  " + "\n  ".join(problems))
+
+
+def png(fig: Figure) -> bytes:
+    """The figure as PNG bytes (no pyplot, no display: works in callbacks, threads,
+    headless), after :func:`enforce` with ``cropped_to_content=False`` (the PNG is the
+    figure's box: nothing may stick out). The figure is drawn once: the rules measure
+    the very drawing whose pixels the PNG holds (what ``print_png`` writes, without
+    drawing it again)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    enforce(fig, cropped_to_content=False, drawn=True)
+    buf = io.BytesIO()
+    imsave(buf, canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi)
+    return buf.getvalue()
 
 
 def show() -> None:

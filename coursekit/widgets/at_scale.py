@@ -4,7 +4,8 @@ Thin by design: every change of a control calls :func:`experiment`, which only c
 :func:`coursekit.sim.step.scaling` (the scaling curve, 8 GPUs per node) and
 :func:`~coursekit.sim.step.simulate_step` (the step at the chosen GPU count) on the
 case-study workload and network of :mod:`coursekit.sim.resnet50`; the panel
-(:class:`coursekit.widgets.panel.Panel`) draws the result as a PNG, so it prints nothing
+(:class:`coursekit.widgets.panel.Panel`) draws the result as a PNG
+(:func:`coursekit.viz.at_scale.plot_at_scale`), so it prints nothing
 and works headless (tests set ``panel.gpus.value = 2048`` and read ``panel.result``).
 
 Controls: GPUs (powers of two), allreduce (flat ring / hierarchical), the tensor-fusion
@@ -18,17 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
 from coursekit import checks
 from coursekit.sim import resnet50
 from coursekit.sim.step import StepResult, Stragglers, scaling, simulate_step
-from coursekit.viz import color
+from coursekit.viz.at_scale import plot_at_scale
 from coursekit.widgets.panel import Panel, png
 
-__all__ = ["ALLREDUCE", "AtScalePanel", "AtScaleResult", "GPU_COUNTS", "draw_step",
-           "experiment", "plot_at_scale"]
+__all__ = ["ALLREDUCE", "AtScalePanel", "AtScaleResult", "GPU_COUNTS", "experiment"]
 
 GPUS_PER_NODE = resnet50.CASE_STUDY["gpus_per_node"]
 GPU_COUNTS = tuple(GPUS_PER_NODE << k for k in range(10))  # 8 .. 4096
@@ -72,41 +70,6 @@ def experiment(gpus: int = 1024, algorithm: str = "hierarchical", fusion_bytes: 
     slowest = float(options["stragglers"].factors(gpus).max()) if jitter else 1.0
     return AtScaleResult(gpus, step, float(curve["efficiency"][i]), step.throughput,
                          EPOCH_IMAGES / step.throughput / 60, slowest, curve)
-
-
-def plot_at_scale(r: AtScaleResult, title: str = "") -> Figure:
-    """Left: scaling efficiency against GPUs (the chosen count marked). Right: the step at
-    the chosen count, compute on one row and the allreduces (one bar per bucket) below."""
-    fig = Figure(figsize=(10, 3.3), layout="constrained")
-    ax_e, ax_t = fig.subplots(1, 2, width_ratios=[1, 1.3])
-    c = r.curve
-    ax_e.semilogx(c["gpus"], 100 * c["efficiency"], "o-", color=color("predicted"), base=2)
-    ax_e.plot([r.gpus], [100 * r.efficiency], "o", ms=11, mfc="none", color=color("comm"))
-    ax_e.set_xticks(c["gpus"], [f"{g:g}" for g in c["gpus"]], fontsize=7)
-    ax_e.minorticks_off()
-    ax_e.set(xlabel="GPUs", ylabel="scaling efficiency [%]", ylim=(0, 105),
-             title="efficiency = throughput / (GPUs x one GPU)")
-    ax_e.grid(alpha=0.3)
-    draw_step(ax_t, r.step)
-    ax_t.set_title(f"one step on {r.gpus} GPUs: {1e3 * r.step.step_s:.0f} ms, "
-                   f"{r.step.bucket_bytes.size} allreduce(s)")
-    if title:
-        fig.suptitle(title)
-    return fig
-
-
-def draw_step(ax, step: StepResult) -> None:
-    """One simulated step on ``ax`` in ms: forward / backward / update on the compute row,
-    one bar per bucket allreduce on the row below (the course's colours)."""
-    for s in step.spans():
-        if s.end > s.start:
-            ax.barh(s.rank, 1e3 * s.duration, left=1e3 * s.start, height=0.6, color=color(s.kind),
-                    edgecolor="white", linewidth=0.3)
-    ax.set_yticks([0, 1], ["compute", "allreduce"])
-    ax.set_ylim(1.6, -0.9)
-    ax.set_xlabel("time in the step [ms]")
-    handles = [Patch(color=color(k), label=k) for k in ("forward", "backward", "optimizer", "comm")]
-    ax.legend(handles=handles, loc="upper center", fontsize=8, ncols=4, frameon=False)
 
 
 class AtScalePanel(Panel):

@@ -13,41 +13,20 @@ from __future__ import annotations
 import time
 
 import ipywidgets as widgets
-import numpy as np
-from matplotlib.figure import Figure
 
 from coursekit.nn.activations import HIDDEN_ACTIVATIONS
 from coursekit.nn.experiment import train_digits
-from coursekit.viz import integer_ticks, legend_outside, readable_log_ticks
+from coursekit.viz.training import plot_history
 from coursekit.widgets.panel import LiveRepr, Panel, png
 
-__all__ = ["BackpropPanel", "LivePlot", "plot_history"]
+__all__ = ["BackpropPanel", "LivePlot"]
 
 BATCH_SIZES = (8, 16, 32, 64, 128, 256)
 
 
-def plot_history(history, title: str = "") -> Figure:
-    """Loss (left) and train / test accuracy (right) per epoch, as a matplotlib Figure."""
-    fig = Figure(figsize=(9, 3.2), layout="constrained")
-    ax_loss, ax_acc = fig.subplots(1, 2)
-    epochs = np.arange(1, history.epochs + 1)
-    ax_loss.plot(epochs, history.train_loss, marker="o", ms=3)
-    ax_loss.set(xlabel="epoch", ylabel="mean training loss", yscale="log")
-    readable_log_ticks(ax_loss, "y")
-    ax_acc.plot(epochs, history.train_accuracy, marker="o", ms=3, label="train")
-    ax_acc.plot(epochs, history.test_accuracy, marker="o", ms=3, label="test")
-    ax_acc.axhline(0.95, color="gray", lw=0.8, ls="--")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy", ylim=(0, 1.01))
-    legend_outside(ax_acc)
-    for ax in (ax_loss, ax_acc):
-        integer_ticks(ax)
-    if title:
-        fig.suptitle(title)
-    return fig
-
-
 class LivePlot(LiveRepr, widgets.Image):
-    """An image of :func:`plot_history` that redraws when called: ``train(..., callback=live)``.
+    """An image of :func:`coursekit.viz.training.plot_history` that redraws when called:
+    ``train(..., callback=live)``.
 
     Drawing a figure takes a good fraction of a second, so calls closer than
     ``min_interval`` seconds to the last drawing are skipped; ``force=True`` always draws

@@ -2,44 +2,25 @@
 
 Thin by design: Run reads the controls and calls the pure experiment
 :func:`coursekit.collectives.timing.measure` on the panel's runner: the engines of its
-cluster, or a ``runner=LocalRunner(n)`` (ThreadComm ranks). The plot is a
-PNG; layout, Run / Stop, errors and a lost cluster are handled by
-:class:`coursekit.widgets.panel.Panel` (tests set ``panel.collective.value = "bcast"`` and
+cluster, or a ``runner=LocalRunner(n)`` (ThreadComm ranks). The plot is a PNG of
+:func:`coursekit.viz.collectives.plot_timing`; layout, Run / Stop, errors and a lost
+cluster are handled by :class:`coursekit.widgets.panel.Panel` (tests set ``panel.collective.value = "bcast"`` and
 call ``panel.run()``).
 """
 
 from __future__ import annotations
 
 import ipywidgets as widgets
-import numpy as np
-from matplotlib.figure import Figure
 
 from coursekit.collectives import ALGORITHMS, DEFAULT_ALGORITHM
 from coursekit.collectives.timing import measure
-from coursekit.viz import byte_label, color, legend_outside
+from coursekit.viz import byte_label
+from coursekit.viz.collectives import plot_timing
 from coursekit.widgets.panel import Panel, png, run_target, size_limit
 
-__all__ = ["CollectivesPanel", "plot_timing"]
+__all__ = ["CollectivesPanel"]
 
 SIZES = tuple(1 << k for k in range(10, 27, 2))  # 1 KiB .. 64 MiB
-
-
-def plot_timing(result) -> Figure:
-    """Time (left) and busbw (right) against message size, measured vs the alpha-beta model."""
-    fig = Figure(figsize=(9, 3.2), layout="constrained")
-    ax_t, ax_bw = fig.subplots(1, 2)
-    n = result.nbytes
-    ax_t.loglog(n, result.measured * 1e3, "o", color=color("measured"), label="measured")
-    ax_t.loglog(n, np.maximum(result.predicted, 1e-9) * 1e3, "-", color=color("predicted"),
-                label="predicted")
-    ax_t.set(xlabel="message size n [bytes]", ylabel="time [ms]")
-    ax_bw.semilogx(n, result.busbw_measured / 1e9, "o-", color=color("measured"), label="measured")
-    ax_bw.semilogx(n, result.busbw_predicted / 1e9, "-", color=color("predicted"),
-                   label="predicted")
-    ax_bw.set(xlabel="message size n [bytes]", ylabel="busbw [GB/s]")
-    legend_outside(ax_t)
-    fig.suptitle(f"{result.collective} ({result.algorithm}) on {result.p} ranks")
-    return fig
 
 
 class CollectivesPanel(Panel):

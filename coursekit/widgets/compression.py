@@ -15,15 +15,13 @@ float32 allreduce. Layout, Run / Stop, errors and a lost cluster:
 from __future__ import annotations
 
 import ipywidgets as widgets
-import numpy as np
-from matplotlib.figure import Figure
 
 from coursekit.parallel.compression import COMPRESSORS, make_compressor
 from coursekit.parallel.compression.experiment import Setup, train
-from coursekit.viz import color, legend_outside, readable_log_ticks, series_color
+from coursekit.viz.compression import plot_runs
 from coursekit.widgets.panel import Panel, run_target, png, size_limit
 
-__all__ = ["CompressionPanel", "VALUES", "plot_runs"]
+__all__ = ["CompressionPanel", "VALUES"]
 
 VALUES = {
     "ratio": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
@@ -33,28 +31,6 @@ VALUES = {
     "threshold": (0.003, 0.01, 0.03, 0.1, 0.3),
 }
 """The choices the value slider offers for each kind of parameter."""
-
-
-def plot_runs(results, alpha: float, beta: float) -> Figure:
-    """Accuracy against bytes sent (left) and against time (right), one colour per run."""
-    fig = Figure(figsize=(10, 3.6), layout="constrained")
-    ax_b, ax_t = fig.subplots(1, 2)
-    for i, r in enumerate(results):
-        c = series_color(i)
-        ax_b.semilogx(r.wire_bytes, r.test_accuracy, "o-", ms=3, color=c,
-                      label=f"{r.setup.label}, p={r.p}")
-        compute = r.seconds - r.exchange_seconds
-        ax_t.plot(r.seconds, r.test_accuracy, "o-", ms=3, color=c)
-        ax_t.plot(compute + r.predicted_exchange_seconds(alpha, beta), r.test_accuracy, "--",
-                  color=c)
-    ax_b.set(xlabel="sent per worker [bytes]", ylabel="test accuracy")
-    readable_log_ticks(ax_b)
-    ax_t.set(xlabel="time [s] (solid: measured, dashed: cost model)", ylabel="test accuracy")
-    ax_t.plot([], [], "-", color=color("message"), label="measured")
-    ax_t.plot([], [], "--", color=color("message"), label="cost model")
-    legend_outside(ax_b)
-    legend_outside(ax_t)
-    return fig
 
 
 def exchange_comparison(result, alpha: float, beta: float) -> str:

@@ -5,8 +5,9 @@ data-parallel GPUs N, tensor-parallel t, pipeline stages p, micro-batch b, micro
 m, recomputation, GPU memory and throughput, link bandwidth. Every change recomputes
 :func:`coursekit.memory.memory_per_gpu` and :func:`coursekit.memory.step_time` (pure
 formulas, instant) and draws the bytes per GPU as one stacked bar per ZeRO stage, the
-chosen one outlined, with the GPU's capacity as a line. The status says whether it fits
-and what a step costs.
+chosen one outlined, with the GPU's capacity as a line
+(:func:`coursekit.viz.memory.plot_memory`). The status says whether it fits and what a
+step costs.
 """
 
 from __future__ import annotations
@@ -14,34 +15,14 @@ from __future__ import annotations
 import dataclasses
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
 
 from coursekit.memory import OPTIMIZERS, PRECISIONS, PRESETS, TrainingSetup, memory_per_gpu, step_time
-from coursekit.viz import legend_outside, series_color
+from coursekit.viz.memory import plot_memory
 from coursekit.widgets.panel import Panel, png
 
-__all__ = ["MemoryPanel", "CATEGORIES", "plot_memory"]
+__all__ = ["MemoryPanel"]
 
-CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations")
 LINK_ALPHA_S = 5e-6  # a GPU cluster's per-message latency, as in chapter 7
-
-
-def plot_memory(breakdowns: list, chosen: int, gpu_bytes: float, title: str) -> Figure:
-    """One stacked bar (GB) per ZeRO stage; ``chosen`` outlined; the capacity as a line."""
-    fig = Figure(figsize=(7, 3.2), layout="constrained")
-    ax = fig.subplots()
-    bottom = [0.0] * len(breakdowns)
-    for i, category in enumerate(CATEGORIES):
-        values = [getattr(b, category) / 1e9 for b in breakdowns]
-        ax.bar(range(len(breakdowns)), values, bottom=bottom, color=series_color(i),
-               label=category.replace("_", " "))
-        bottom = [b + v for b, v in zip(bottom, values)]
-    ax.bar([chosen], [bottom[chosen]], fill=False, edgecolor="black", linewidth=2)
-    ax.axhline(gpu_bytes / 1e9, color="black", linestyle="--", linewidth=1, label="GPU memory")
-    ax.set(xticks=range(len(breakdowns)), xticklabels=[f"ZeRO {s}" for s in range(len(breakdowns))],
-           ylabel="GB per GPU", title=title)
-    legend_outside(ax)
-    return fig
 
 
 class MemoryPanel(Panel):

@@ -37,27 +37,15 @@ users disturbing the timings: :mod:`coursekit.contention`), ``ck-progress``,
 
 from __future__ import annotations
 
-import io
 import threading
 import time
 
 import ipywidgets as widgets
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
-from coursekit.viz.check import enforce
+from coursekit.viz.check import png  # every panel's picture: checked and saved in one drawing
 from coursekit.widgets.health import cluster_problem, error_message
 
 __all__ = ["Panel", "RunStopped", "png", "size_limit"]
-
-
-def png(fig: Figure) -> bytes:
-    """The figure as PNG bytes (no pyplot, no display: works in callbacks, threads, headless),
-    after :func:`coursekit.viz.check.enforce` (the figure rules, strict in the test suite)."""
-    enforce(fig, cropped_to_content=False)  # the PNG is the figure's box: nothing may stick out
-    buf = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buf)
-    return buf.getvalue()
 
 
 def hide_when_empty(image: widgets.Image) -> widgets.Image:

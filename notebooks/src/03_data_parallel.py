@@ -27,7 +27,7 @@ from coursekit.parallel.data_parallel import experiments as ex
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.runner import ClusterRunner, LocalRunner
-from coursekit.viz import show
+from coursekit.viz import data_parallel as dpv, show
 from coursekit.widgets import data_parallel as dpw
 
 c = cluster.start(n=4)
@@ -132,7 +132,7 @@ print(f"alpha ~ {link.alpha * 1e6:.0f} us, 1/beta ~ {link.bandwidth / 1e9:.2f} G
 big = DPConfig(sizes=(64, 256, 256, 10), batch_size=32, epochs=1, max_steps=30, lr=0.05,
                timeline_steps=3)
 sweep = ex.sweep_exchange(engines, big, packed, [1, 2, 3, 4], link.alpha, link.beta, gamma)
-dpw.plot_exchange_sweep(sweep)
+dpv.plot_exchange_sweep(sweep)
 show()
 
 # %% [markdown]
@@ -159,7 +159,7 @@ grid_cfg = DPConfig(sizes=(64, 32, 10), epochs=6, lr=0.02, warmup_steps=20, eval
 grid = ex.lr_rule_grid(LocalRunner(16), grid_cfg, (digits.X_train, digits.y_train),
                        [1, 2, 4, 8, 16], ("constant", "sqrt", "linear", "linear_warmup"),
                        per_worker_batch=16, eval_data=(digits.X_test, digits.y_test))
-dpw.plot_lr_grid(grid)
+dpv.plot_lr_grid(grid)
 show()
 
 # %%
@@ -185,7 +185,7 @@ for rule, acc in zip(grid.rules, grid.accuracy):
 # %%
 wide = replace(big, sizes=(64, 1024, 1024, 10), batch_size=128, epochs=10, max_steps=20)
 strag = ex.straggler_sweep(engines, wide, packed, 4, [1, 2, 4, 6])
-dpw.plot_straggler(strag)
+dpv.plot_straggler(strag)
 show()
 # what the text says, on these measurements
 grew = strag.time_per_step[-1] - strag.time_per_step[0]
@@ -212,7 +212,7 @@ for ax, (title, bucket, overlap) in zip(axes, [("one piece", None, False),
                                                ("1 MiB buckets overlapped", 1 << 20, True)]):
     res = data_parallel.train(engines, replace(overlap_cfg, bucket_bytes=bucket, overlap=overlap),
                               packed, workers=2)
-    dpw.plot_timeline_of(res, ax=ax, title=f"{title}: {res.time_per_step * 1e3:.1f} ms/step")
+    dpv.plot_timeline_of(res, ax=ax, title=f"{title}: {res.time_per_step * 1e3:.1f} ms/step")
 fig.tight_layout()
 show()
 
@@ -226,7 +226,7 @@ show()
 # %%
 sc = ex.weak_scaling(engines, replace(big, max_steps=40), packed, [1, 2, 4], link.alpha, link.beta,
                 gamma)
-dpw.plot_scaling(sc)
+dpv.plot_scaling(sc)
 show()
 
 # %%

@@ -73,7 +73,7 @@ print(f"test accuracy {bsp.accuracy(digits.X_test, digits.y_test):.3f}")
 # Grey is idle (waiting for weights), blue compute, orange pushing.
 
 # %%
-from coursekit.widgets.param_server import plot_runs, plot_worker_timeline
+from coursekit.viz.param_server import plot_runs, plot_worker_timeline
 
 jittery = dict(n_workers=3, steps=40, jitter=0.003)
 bsp_j = train(engines, PSConfig(model="bsp", **jittery))

@@ -30,7 +30,7 @@ import numpy as np
 from coursekit.sim import allreduce_time, resnet50
 from coursekit.sim.step import scaling, simulate_step
 from coursekit.viz import integer_ticks, legend_outside, show
-from coursekit.widgets.at_scale import draw_step
+from coursekit.viz.at_scale import draw_step
 
 # %% [markdown]
 # ## 1. The model: ResNet-50 from its definition

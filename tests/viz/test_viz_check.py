@@ -1,5 +1,7 @@
 """The figure rules (coursekit.viz.check): each rule catches what it names, and nothing else."""
 
+import io
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -7,12 +9,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from coursekit.viz import (FigureStyleError, figure_problems, integer_ticks, legend_outside,  # noqa: E402
                           readable_log_ticks, show)
-from coursekit.viz.check import enforce  # noqa: E402
-from coursekit.widgets.panel import png  # noqa: E402
+from coursekit.viz.check import enforce, png  # noqa: E402
 
 
 def good_figure(width=6.0, height=3.0):
@@ -90,6 +92,22 @@ def test_strict_mode_raises_and_a_students_run_does_not(monkeypatch):
         png(fig)  # every panel picture goes through the rules
     monkeypatch.setenv("COURSEKIT_STRICT_FIGURES", "0")
     assert png(fig)[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("strict", ["1", "0"])
+def test_png_checks_the_very_drawing_it_saves_and_draws_once(monkeypatch, strict):
+    monkeypatch.setenv("COURSEKIT_STRICT_FIGURES", strict)
+    fig, _ = good_figure()
+    draws = []
+    draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: (draws.append(self), draw(self, renderer))[1])
+    picture = png(fig)
+    assert len(draws) == 1, f"png drew the figure {len(draws)} times"  # checked and saved: one drawing
+    monkeypatch.undo()
+    saved = io.BytesIO()
+    FigureCanvasAgg(good_figure()[0]).print_png(saved)  # what matplotlib writes for the same figure
+    saved.seek(0)
+    np.testing.assert_array_equal(plt.imread(io.BytesIO(picture)), plt.imread(saved))
 
 
 def test_show_checks_every_open_pyplot_figure(monkeypatch):

@@ -14,6 +14,7 @@ from coursekit.parallel.data_parallel import DPConfig  # noqa: E402
 from coursekit.parallel.data_parallel.results import StepBreakdown  # noqa: E402
 from coursekit.parallel.data_parallel import train  # noqa: E402
 from coursekit.runner import LocalRunner  # noqa: E402
+from coursekit.viz import data_parallel as dpv  # noqa: E402
 from coursekit.widgets import data_parallel as w  # noqa: E402
 
 THREADS = LocalRunner(4)
@@ -87,16 +88,8 @@ def test_experiments_and_their_plots(data):
     sc = ex.weak_scaling(THREADS, replace(BASE, batch_size=8), train_data, [1, 2], alpha=1e-5,
                     beta=1e-9)
     assert sc.efficiency[0] == 1 and sc.predicted_comm[0] == 0
-    for fig in (w.plot_exchange_sweep(sweep), w.plot_lr_grid(grid), w.plot_straggler(strag),
-                w.plot_scaling(sc), w.plot_run(train(THREADS, BASE, *data, workers=2))):
+    for fig in (dpv.plot_exchange_sweep(sweep), dpv.plot_lr_grid(grid), dpv.plot_straggler(strag),
+                dpv.plot_scaling(sc), dpv.plot_run(train(THREADS, BASE, *data, workers=2))):
         assert fig.axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes
                                 if ax.get_yticklabels()[0].get_text() != "rank 0")
     assert ex.measure_gamma(1 << 16, 2) > 0
-
-
-def test_a_live_update_without_spans_yet_keeps_its_labels_inside():
-    # the first updates carry losses but no step spans: nothing laid the figure out then,
-    # and the PNG cut the 'step' label off at its bottom edge
-    from coursekit.viz import figure_problems
-    data = [{"loss": [2.3, 2.1], "weight": [0.5, 0.5]}, {"loss": [2.2, 2.0], "weight": [0.5, 0.5]}]
-    assert figure_problems(w.plot_live(data), cropped_to_content=False) == []

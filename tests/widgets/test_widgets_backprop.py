@@ -8,7 +8,7 @@ import pytest
 from coursekit.data import make_classification
 from coursekit.nn.experiment import train_digits
 from coursekit.nn import MLP, train
-from coursekit.widgets.backprop import BackpropPanel, LivePlot, plot_history
+from coursekit.widgets.backprop import BackpropPanel, LivePlot
 
 
 def test_run_button_calls_the_experiment_with_the_controls():
@@ -83,14 +83,6 @@ def test_controls_offer_every_activation_and_the_default_settings():
     defaults = inspect.signature(train_digits).parameters
     for name, value in panel.settings().items():
         assert value == pytest.approx(defaults[name].default), name
-
-
-def test_plot_history_draws_loss_and_both_accuracies():
-    h = train_digits(epochs=2).history
-    fig = plot_history(h, "title")
-    loss_ax, acc_ax = fig.axes
-    np.testing.assert_allclose(loss_ax.lines[0].get_ydata(), h.train_loss)
-    np.testing.assert_allclose(acc_ax.lines[1].get_ydata(), h.test_accuracy)
 
 
 def test_live_plot_is_a_train_callback():
