@@ -2,7 +2,7 @@
 
 Two students attached to one cluster get correct results, but each one's step time then
 includes the other's work (measured here: chapter 3's step went from 6-10 ms to 145-188 ms).
-:func:`measure`, taken between runs, when no task of ours is pending, finds it out:
+:func:`observe`, taken between runs, when no task of ours is pending, finds it out:
 
 * **other clients' tasks** queued or running on our engines: the controller's
   ``queue_status`` (the smaller of two readings, so a result still being booked is not
@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-__all__ = ["BUSY_THRESHOLD", "Contention", "measure"]
+__all__ = ["BUSY_THRESHOLD", "Contention", "observe"]
 
 #: A host whose CPUs are busier than this while our engines idle has other work on it.
 BUSY_THRESHOLD = 0.5
@@ -66,7 +66,7 @@ def _foreign_tasks(cluster) -> dict:
             for rank, eid in enumerate(cluster.engine_ids)}
 
 
-def measure(cluster, window: float = 0.2) -> Contention:
+def observe(cluster, window: float = 0.2) -> Contention:
     """Measure ``cluster`` (a :class:`~coursekit.cluster.CourseCluster`) between runs.
 
     The CPU reading runs only on engines with no foreign task (it would wait behind one),

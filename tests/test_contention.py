@@ -10,7 +10,7 @@ import time
 import ipywidgets as widgets
 import pytest
 
-from coursekit.contention import BUSY_THRESHOLD, Contention, measure
+from coursekit.contention import BUSY_THRESHOLD, Contention, observe
 from coursekit.widgets.panel import Panel
 
 
@@ -25,7 +25,7 @@ def shared(cluster2):
 
 def test_a_quiet_cluster_has_no_foreign_tasks(shared):
     ours, _ = shared
-    found = measure(ours)
+    found = observe(ours)
     assert found.foreign_tasks == {0: 0, 1: 0}
     assert set(found.host_busy) == {ours.run(__import__("socket").gethostname)[0]}
 
@@ -35,7 +35,7 @@ def test_another_clients_task_is_found_without_waiting_for_it(shared):
     task = other[ours.engine_ids[1]].apply_async(time.sleep, 6)
     time.sleep(0.3)
     start = time.monotonic()
-    found = measure(ours)
+    found = observe(ours)
     assert time.monotonic() - start < 4  # not queued behind the 6 s task
     assert found.foreign_tasks[1] >= 1 and found.foreign_tasks[0] == 0
     assert found.disturbed and "task(s) of other users queued on rank(s) 1" in found.message()
@@ -56,7 +56,7 @@ def test_processes_spinning_on_the_host_are_found(shared):
         hog.start()
     try:
         time.sleep(0.5)
-        found = measure(ours, window=0.5)
+        found = observe(ours, window=0.5)
     finally:
         for hog in hogs:
             hog.join(10)

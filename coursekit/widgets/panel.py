@@ -313,8 +313,8 @@ class Panel(LiveRepr, widgets.VBox):
         its timings (:mod:`coursekit.contention`); clear the line when nothing did."""
         if self.cluster is None:
             return
-        from coursekit.contention import measure
-        message = measure(self.cluster).message()
+        from coursekit.contention import observe
+        message = observe(self.cluster).message()
         self.notice.value = message.replace("&", "&amp;").replace("<", "&lt;")
 
     def stop(self) -> None:
