@@ -184,8 +184,9 @@ def link(runner, pattern: str = "pingpong", sizes=SIZES, repeats: int = 5, *, a:
     """Measure ``pattern`` (one of :data:`PATTERNS`) on ``runner``'s ranks and fit
     ``t = alpha + n beta`` to it.
 
-    "pingpong" and "swap" run between ranks ``a`` and ``b`` (the ranks below them wait);
-    "ring" runs on the first ``ranks`` ranks (default: all of the runner's, at least 2).
+    "pingpong" and "swap" run between ranks ``a`` and ``b`` (on the first max(a, b) + 1
+    ranks; the others return at once); "ring" runs on the first ``ranks`` ranks (default:
+    all of the runner's, at least 2). Times come back in :attr:`MeasuredLink.times`.
     """
     _check_runner(runner)
     _check_pattern(pattern)
