@@ -10,11 +10,11 @@ Starts a local 4-engine cluster (ZmqComm between engines) and measures the link 
 * exchange between engines 0 and 1 (both ``sendrecv`` at once: one ring step; payloads
   from 256 KiB go by single copy, so it is fitted over 256 KiB..4 MiB, the sizes the
   ring sends here: the two transports are two regimes, like MPI's eager and rendezvous);
-* a ring step on all N engines at once (``calibrate.ring_swap_times``, same sizes): the
+* a ring step on all N engines at once (``coursekit.measure``'s "ring", same sizes): the
   model gives every rank a core of its own, and 4 engines on a 2-core machine do not
   have one, so this measures the link as the N-rank ring sees it.
 
-gamma comes from ``a += b`` on an engine. It then trains with ring-allreduce data
+gamma comes from ``a += b`` on every engine (``coursekit.measure.gamma``). It then trains with ring-allreduce data
 parallelism on the first N engines (weak scaling: 32 examples per worker and step). For
 each N it prints the median step time split into compute (the slowest rank) and exposed
 communication (the rank that waited least), the cost model's prediction of the allreduce
@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 
 def bare_allreduce(comm, nbytes, repeats):
     """Median seconds of one ring allreduce of nbytes on this comm's ranks."""
@@ -39,14 +37,6 @@ def bare_allreduce(comm, nbytes, repeats):
     return float(np.median(time_collective(comm, "allreduce", "ring", nbytes, repeats)))
 
 
-def link_times(comm, pattern, sizes):
-    """A calibration of chapter 7 (``pingpong_times``, ``swap_times``, ``ring_swap_times``) on this
-    comm's ranks."""
-    from coursekit.sim import calibrate
-
-    return getattr(calibrate, pattern)(comm, sizes, repeats=21)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 1024, 10])
@@ -54,7 +44,7 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     args = parser.parse_args(argv)
 
-    from coursekit import cluster, costmodel
+    from coursekit import cluster, measure
     from coursekit.comm import setup_comm
     from coursekit.data import make_classification
     from coursekit.nn.layout import n_params
@@ -73,13 +63,11 @@ def main(argv=None):
         sizes = [64, 4096, 65536, 1 << 20, 4 << 20]
         big = [256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20]
 
-        def fit(pattern, at, n_ranks=2):
-            return costmodel.fit(np.array(at), engines.run(link_times, pattern, at,
-                                                           ranks=n_ranks)[0])
-
-        fits = {"ping-pong": fit("pingpong_times", sizes), "exchange": fit("swap_times", big)}
-        rings = {int(n): fit("ring_swap_times", big, int(n)) for n in args.workers if n > 1}
-        gamma = float(np.median(c.run(ex.measure_gamma)))
+        fits = {"ping-pong": measure.link(engines, "pingpong", sizes, repeats=21),
+                "exchange": measure.link(engines, "swap", big, repeats=21)}
+        rings = {int(n): measure.link(engines, "ring", big, repeats=21, ranks=int(n))
+                 for n in args.workers if n > 1}
+        gamma = measure.gamma(engines)
         train_data = (data.X_train, data.y_train)
         train(engines, cfg, train_data)  # warm-up: Numba kernels loaded on every engine
         link = fits["exchange"]

@@ -107,11 +107,10 @@ def _is_loopback(url: str) -> bool:
 
 
 def _link(cluster, a: int, b: int, repeats: int):
-    from coursekit.comm import call_with_comm
-    from coursekit.sim.calibrate import SIZES, link_fit, pingpong_times
+    from coursekit import measure
+    from coursekit.runner import ClusterRunner
 
-    times = cluster.run(call_with_comm, pingpong_times, SIZES, repeats, a, b)[a]
-    f = link_fit(SIZES, times)
+    f = measure.link(ClusterRunner(cluster), "pingpong", repeats=repeats, a=a, b=b)
     return f.alpha, f.beta
 
 

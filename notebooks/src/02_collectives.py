@@ -16,38 +16,36 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from coursekit import cluster, costmodel
+from coursekit import cluster, costmodel, measure
 from coursekit import collectives as C
 from coursekit.comm.cluster_setup import setup_comm
+from coursekit.runner import ClusterRunner
 from coursekit.viz import legend_outside, show
 
 c = cluster.start(n=4)
 setup_comm(c, backend="auto")  # every engine gets a Comm to every other engine
+engines = ClusterRunner(c)  # runs a function f(comm, ...) on the engines, engine to engine
 c.size
 
 # %% [markdown]
 # ## 1. Point to point: fit $t = \alpha + n\beta$
 #
-# Engines 0 and 1 play ping-pong with messages from 8 B to 16 MiB; the one-way time is
-# half a round trip.
+# Engines 0 and 1 play ping-pong with messages from 8 B to 16 MiB: engine 0 sends `n`
+# bytes, engine 1 sends them back, and the one-way time is half a round trip (the median
+# of 20 round trips; `coursekit.measure.pingpong_times` is the code). `measure.link` runs
+# it on the engines and fits the line by least squares; it keeps the measured points
+# (`link.sizes`, `link.times`) for the plot.
 
 # %%
-def one_way(nbytes, iters):
-    from coursekit.comm import engine_comm
-    from coursekit.comm.examples import ping_pong
-    return ping_pong(engine_comm(), nbytes, iters)
-
-
-sizes = np.array([8, 64, 512, 4096, 32768, 262144, 2097152, 16777216])
-times = np.array([c.run(one_way, int(n), 20 if n < 1e6 else 5)[0] for n in sizes])
-link = costmodel.fit(sizes, times)
+sizes = [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216]
+link = measure.link(engines, "pingpong", sizes, repeats=20)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(f"alpha ~ {link.alpha * 1e6:.1f} us, bandwidth 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s")
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.loglog(sizes, times * 1e6, "o", label="measured")
-ax.loglog(sizes, link(sizes) * 1e6, "-", label=r"fit $\alpha + n\beta$")
+ax.loglog(link.sizes, link.times * 1e6, "o", label="measured")
+ax.loglog(link.sizes, link(link.sizes) * 1e6, "-", label=r"fit $\alpha + n\beta$")
 ax.set(xlabel="message size n [bytes]", ylabel="one-way time [us]")
 legend_outside(ax)
 show()
@@ -79,27 +77,23 @@ assert all(hosts[p] == hosts[r] for r in range(c.size) for p in peers[r])
 peers
 
 # %% [markdown]
-# Same formula, another $\beta$: fit it from a `sendrecv` exchange between engines 0 and 1.
-# The collectives below are predicted with this fit, because every step they take is one.
+# Same formula, another $\beta$: fit it from a `sendrecv` exchange between engines 0 and 1
+# (both send and receive at once; pattern `"swap"`). The collectives below are predicted
+# with this fit, because every step they take is one.
 
 # %%
-def swap_times(sizes):
-    from coursekit.comm import engine_comm
-    from coursekit.sim import calibrate
-    return calibrate.swap_times(engine_comm(), sizes)
-
-
-swaps = np.array(c.run(swap_times, sizes.tolist())[0])
-exchange_link = costmodel.fit(sizes, swaps)
+exchange_link = measure.link(engines, "swap", sizes)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(f"exchange: alpha ~ {exchange_link.alpha * 1e6:.1f} us, "
       f"bandwidth 1/beta ~ {exchange_link.bandwidth / 1e9:.2f} GB/s")
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.loglog(sizes, times * 1e6, "o", label="ping-pong (send, recv: TCP)")
-ax.loglog(sizes, swaps * 1e6, "s", label="exchange (sendrecv: single copy from 256 KiB)")
-ax.loglog(sizes, exchange_link(sizes) * 1e6, "-", label=r"exchange fit $\alpha + n\beta$")
+ax.loglog(link.sizes, link.times * 1e6, "o", label="ping-pong (send, recv: TCP)")
+ax.loglog(exchange_link.sizes, exchange_link.times * 1e6, "s",
+          label="exchange (sendrecv: single copy from 256 KiB)")
+ax.loglog(exchange_link.sizes, exchange_link(exchange_link.sizes) * 1e6, "-",
+          label=r"exchange fit $\alpha + n\beta$")
 ax.set(xlabel="message size n [bytes]", ylabel="time [us]")
 legend_outside(ax)
 show()
@@ -117,12 +111,12 @@ def traced(collective, algorithm, items):
 
     from coursekit import collectives as C
     from coursekit.comm import engine_comm
+    from coursekit.comm.trace import recording
     comm = engine_comm()
-    comm.tracing, comm.trace = True, []
     x = np.arange(items, dtype=np.float32)
-    C.FUNCTIONS[collective](comm, x, algorithm=algorithm, check=False)
-    comm.tracing = False
-    return comm.trace
+    with recording(comm) as messages:  # trace this comm for the block only
+        C.FUNCTIONS[collective](comm, x, algorithm=algorithm, check=False)
+        return messages()
 
 # %%
 from coursekit.viz import plot_timeline
@@ -162,28 +156,14 @@ measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from coursekit.collectives.timing import measure
-from coursekit.runner import ClusterRunner
+from coursekit.collectives import timing
 
 check_sizes = [4096, 65536, 1 << 20, 1 << 22]
-timings = {alg: measure(ClusterRunner(c), c.size, "allreduce", alg, check_sizes,
-                        exchange_link.alpha, exchange_link.beta)
+timings = {alg: timing.measure(engines, c.size, "allreduce", alg, check_sizes,
+                               exchange_link.alpha, exchange_link.beta)
            for alg in ("ring", "recursive_doubling", "reduce_bcast")}
-
-
-def ring_step_times(sizes):
-    from coursekit.comm import engine_comm
-    from coursekit.sim import calibrate
-    return calibrate.ring_swap_times(engine_comm(), sizes)
-
-
-def reduction_cost():
-    from coursekit.parallel.data_parallel.experiments import measure_gamma
-    return measure_gamma()
-
-
-busy_link = costmodel.fit(sizes, np.array(c.run(ring_step_times, sizes.tolist())[0]))
-gamma = float(np.median(c.run(reduction_cost)))
+busy_link = measure.link(engines, "ring", sizes)  # all engines at once: a ring step
+gamma = measure.gamma(engines)  # seconds per byte of a += b, on every engine at once
 print(f"link with all {c.size} engines exchanging at once (a ring step): alpha ~ {busy_link.alpha * 1e6:.0f} us, "
       f"1/beta ~ {busy_link.bandwidth / 1e9:.2f} GB/s; reduction gamma ~ {gamma * 1e12:.0f} ps/B")
 print(f"\n{'allreduce':>20}{'bytes':>10}{'measured':>11}{'pair model':>12}{'ratio':>7}{'busy model':>12}{'ratio':>7}")
@@ -202,9 +182,9 @@ for alg, t in timings.items():
 # wrong, its link is: it assumes every rank has its own core and an idle link, while here
 # four engines share two cores, so when all of them exchange at once each waits for the
 # CPU, and every message also pays ZeroMQ's and Python's per-message overhead. Fitting
-# $lpha$ and $eta$ from a ring step with **all** engines busy, and adding the reduction
+# $\alpha$ and $\beta$ from a ring step with **all** engines busy, and adding the reduction
 # cost $\gamma$ (the `a += b` the model's $n\gamma$ terms stand for), brings the prediction
-# much closer. Not exact: the busy link's $lpha$ is mostly waiting for the slowest of four
+# much closer. Not exact: the busy link's $\alpha$ is mostly waiting for the slowest of four
 # engines to be scheduled, so at small sizes it can still miss by a factor of 3 either way, and a
 # single run on a loaded laptop can be noisier still. The check below compares typical
 # (median) errors, which such noise rarely flips.

@@ -20,7 +20,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import numpy as np
 
-from coursekit import cluster, costmodel
+from coursekit import cluster, measure
 from coursekit.comm import setup_comm
 from coursekit.data import load_digits
 from coursekit.parallel.data_parallel import experiments as ex
@@ -101,8 +101,9 @@ print(f"final test accuracy {result.test_accuracy[-1]:.3f}")
 # %% [markdown]
 # ## 4. Parameter server vs allreduce
 #
-# With the link model $t = \alpha + n\beta$ (fitted below, as in chapter 2) and a
-# reduction cost $\gamma$ per byte, one step's exchange of an $n$-byte gradient costs
+# With the link model $t = \alpha + n\beta$ (fitted below from a ping-pong between engines
+# 0 and 1, as in chapter 2) and a reduction cost $\gamma$ per byte (`a += b`, timed on every
+# engine), one step's exchange of an $n$-byte gradient costs
 #
 # | exchange | time per step | bytes through the busiest rank |
 # |---|---|---|
@@ -112,16 +113,8 @@ print(f"final test accuracy {result.test_accuracy[-1]:.3f}")
 # The server's traffic grows with $N$; a ring rank's stays below $4n$.
 
 # %%
-def one_way(nbytes, iters):
-    from coursekit.comm import engine_comm
-    from coursekit.comm.examples import ping_pong
-    return ping_pong(engine_comm(), nbytes, iters)
-
-
-sizes = np.array([64, 4096, 65536, 262144, 1048576])
-times = np.array([c.run(one_way, int(n), 20)[0] for n in sizes])
-link = costmodel.fit(sizes, times)
-gamma = np.median(c.run(ex.measure_gamma))
+link = measure.link(engines, "pingpong", [64, 4096, 65536, 262144, 1048576], repeats=20)
+gamma = measure.gamma(engines)
 
 # %%
 # NBVAL_IGNORE_OUTPUT

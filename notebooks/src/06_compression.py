@@ -19,7 +19,7 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-from coursekit import cluster, costmodel
+from coursekit import cluster, measure
 from coursekit.comm import setup_comm
 from coursekit.parallel import compression as C
 from coursekit.parallel.compression.experiment import Setup, train
@@ -35,14 +35,7 @@ engines
 # The link between the engines, fitted as in chapter 2 (ping-pong between ranks 0 and 1):
 
 # %%
-def one_way(nbytes, iters):
-    from coursekit.comm import engine_comm
-    from coursekit.comm.examples import ping_pong
-    return ping_pong(engine_comm(), nbytes, iters)
-
-
-sizes = np.array([8, 512, 32768, 262144, 2097152])
-link = costmodel.fit(sizes, [c.run(one_way, int(n), 20)[0] for n in sizes])
+link = measure.link(engines, "pingpong", [8, 512, 32768, 262144, 2097152], repeats=20)
 alpha, beta = link.alpha, link.beta
 
 # %%

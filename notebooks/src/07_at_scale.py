@@ -337,7 +337,7 @@ def both_allreduces(comm, n, nodes):
     from coursekit.comm.trace import recording
 
     x = np.random.default_rng([7, comm.rank]).integers(-1000, 1000, n)
-    with recording(comm) as messages:
+    with recording(comm) as messages:  # trace this comm for the block only
         hier = hierarchical_allreduce(comm, x, nodes=nodes, check=False)
         sent = len([m for m in messages() if m.op == "send"])
     return hier, allreduce(comm, x, algorithm="ring"), sent
@@ -451,9 +451,11 @@ show()
 #
 # The simulator is only worth its predictions if it gets a case we can measure right.
 # `coursekit.sim.validate.measure_and_simulate` does it on real engines: it measures a link's
-# $\alpha$ and $\beta$ (two ranks swapping messages), times a compute-only step of the
-# chapter-1 MLP and a data-parallel step (gradient, ring allreduce, update), simulates the
-# data-parallel step from the measured compute and link, and compares. We use two of our four
+# $\alpha$ and $\beta$ (two ranks swapping messages) and the reduction cost $\gamma$ with
+# `coursekit.measure`, trains the chapter-1 MLP with chapter 3's `data_parallel.train`
+# (gradient, ring allreduce, update: the same step), takes the compute and the whole step
+# from the times it records every step, simulates the step from the measured compute and
+# link, and compares. We use two of our four
 # engines (one per core): the runner gives ranks 0 and 1 a comm of their own (a
 # sub-communicator, like `MPI_Comm_split`); the other two sit the run out.
 
@@ -467,14 +469,19 @@ print(f"gradient of {v.grad_bytes:,} bytes allreduced between {v.p} engines")
 # %%
 # NBVAL_IGNORE_OUTPUT
 print(f"measured link: alpha {1e6 * v.alpha:.0f} us, bandwidth {1 / v.beta / 1e9:.2f} GB/s; "
-      f"compute-only step {1e3 * v.compute_s:.2f} ms")
+      f"compute per step {1e3 * v.compute_s:.2f} ms")
 print(f"data-parallel step on 2 engines: measured {1e3 * v.measured_s:.2f} ms, "
       f"simulated {1e3 * v.simulated_s:.2f} ms, ratio measured / simulated = {v.ratio:.2f}")
+assert v.ratio > 1 / 1.5, "the simulator should not predict a step much slower than the real one"
+print(f"PASS: the simulated step is not 1.5x slower than the measured one (ratio {v.ratio:.2f})")
 
 # %% [markdown]
 # On an otherwise idle two-core machine the two agree within the course's target of 1.5×;
 # the ratio moves from run to run (run the cells again), and when other programs share the
-# cores the measured step, not the simulated one, grows. The simulated step is the same
+# cores the measured step, not the simulated one, grows. So the cell above asserts only the
+# side that such noise cannot flip: the simulation does not overestimate the step. (The
+# tests hold it to 1.5× on a link whose latency is known, ranks whose every message waits
+# 20 ms: `tests/sim/test_sim_validate.py`.) The simulated step is the same
 # `simulate_step` that gave the 2048-GPU curves above, fed with this machine's compute time and
 # link.
 #
@@ -525,8 +532,8 @@ print(f"data-parallel step on 2 engines: measured {1e3 * v.measured_s:.2f} ms, "
 #   $\beta$ between engines, or fails with a message that says what to fix.
 #
 # With engines on several hosts, `hierarchical_allreduce(comm, x, nodes=hosts)` groups them by
-# their real host names, and `sim.calibrate` measures the two levels of the real network for
-# the simulator.
+# their real host names, and `coursekit.measure.link` (between two engines on one host, then
+# on two hosts) measures the two levels of the real network for the simulator.
 #
 # ## When you are done
 #

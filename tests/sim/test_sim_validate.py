@@ -1,58 +1,46 @@
-"""The validation experiment's plumbing (on ThreadComm ranks). Its timing claim - simulated
-and measured steps within 1.5x on the local cluster - is measured in the chapter-7
-notebook and bench/, never asserted here (timings on 2 shared vCPUs are noisy)."""
+"""The validation experiment: chapter 3's training step measured, the same step simulated.
 
-import numpy as np
+On a link of known latency (injected, far above the noise of 2 shared vCPUs) the
+simulated step must match the measured one within the course's 1.5x; on the local
+cluster's own link that promise is measured in the chapter-7 notebook and bench/ (its
+timings are too noisy here to assert)."""
+
+import re
+
 import pytest
+from slow_link import SlowLinkRunner
 
-from coursekit.comm import run_local
-import time
-
-from coursekit.sim.calibrate import SIZES, link_fit, pingpong_times, ring_swap_times, swap_times
 from coursekit.runner import LocalRunner
 from coursekit.sim.validate import measure_and_simulate
-
-
-def test_calibration_functions_return_on_rank_a_only():
-    for fn in (pingpong_times, swap_times):
-        out = run_local(fn, 3, (8, 1024), 2, 0, 2)
-        assert out[1] is None and out[2] is None
-        assert out[0].shape == (2,) and np.all(out[0] > 0)
-
-
-def _ring_with_slow_rank(comm, slow):
-    if comm.rank == slow:
-        fast = comm.sendrecv
-
-        def sendrecv(*args, **kw):  # slow after the message: only this rank's time grows
-            got = fast(*args, **kw)
-            time.sleep(0.02)
-            return got
-        comm.sendrecv = sendrecv
-    return ring_swap_times(comm, (8, 4096), 3)
-
-
-def test_ring_swap_times_reports_the_slowest_rank_on_rank_0():
-    out = run_local(_ring_with_slow_rank, 3, 2)
-    assert out[1] is None and out[2] is None
-    assert out[0].shape == (2,) and np.all(out[0] >= 0.02)
-    fast = run_local(_ring_with_slow_rank, 3, -1)[0]
-    assert np.all(fast < 0.02)
-
-
-def test_link_fit_recovers_a_synthetic_link():
-    sizes = np.array(SIZES, dtype=float)
-    f = link_fit(sizes, 5e-5 + sizes * 2e-10)
-    assert f.alpha == pytest.approx(5e-5, rel=1e-6) and f.beta == pytest.approx(2e-10, rel=1e-6)
 
 
 def test_validate_structure():
     v = measure_and_simulate(LocalRunner(2), 2, sizes=(8, 16, 4), batch=8, steps=4)
     assert v.grad_bytes == 4 * (8 * 16 + 16 + 16 * 4 + 4)
     assert v.simulated_s > v.compute_s > 0 and v.measured_s > 0 and v.ratio > 0
-    assert v.alpha > 0 and v.beta > 0 and v.gamma >= 0
+    assert v.alpha > 0 and v.beta > 0 and v.gamma > 0
 
 
-def test_validate_needs_two_ranks():
-    with pytest.raises(ValueError, match="at least 2"):
-        measure_and_simulate(LocalRunner(1), 1)
+@pytest.mark.parametrize("p", [2, 3])
+def test_the_simulated_step_matches_the_measured_one_on_a_known_link(p):
+    # every message waits 20 ms: a ring allreduce of the gradient is 2(p-1) of them per
+    # step, and the simulator must see them in the link it measured
+    delay = 0.02
+    v = measure_and_simulate(SlowLinkRunner(p, delay), p, sizes=(8, 16, 4), batch=8, steps=5)
+    assert v.p == p and v.alpha == pytest.approx(delay, rel=0.5)
+    assert v.measured_s > 2 * (p - 1) * delay
+    assert 1 / 1.5 < v.ratio < 1.5, v
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    (dict(runner=LocalRunner(1), p=1), ValueError, "p=1: must be >= 2"),
+    (dict(runner=LocalRunner(2), p=3), ValueError, "ranks=3: must be in [1, 2]"),
+    (dict(runner=2, p=2), TypeError, "runner must be a Runner"),
+    (dict(runner=LocalRunner(2), p=2, sizes=(8,)), ValueError, "an input and an output width"),
+    (dict(runner=LocalRunner(2), p=2, batch=0), ValueError, "batch=0: must be >= 1"),
+    (dict(runner=LocalRunner(2), p=2, steps=2.5), TypeError, "steps must be an integer"),
+])
+def test_bad_arguments_are_refused(kwargs, error, says):
+    with pytest.raises(error, match=re.escape(says)):
+        measure_and_simulate(**kwargs)
+

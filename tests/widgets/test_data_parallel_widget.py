@@ -92,4 +92,3 @@ def test_experiments_and_their_plots(data):
                 dpv.plot_scaling(sc), dpv.plot_run(train(THREADS, BASE, *data, workers=2))):
         assert fig.axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes
                                 if ax.get_yticklabels()[0].get_text() != "rank 0")
-    assert ex.measure_gamma(1 << 16, 2) > 0

@@ -16,7 +16,6 @@ that runner, so the notebook, the widget panel, the benchmark and the tests shar
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,7 +24,7 @@ from coursekit.nn.layout import n_params
 
 from .exchange import predict_bytes_through, predict_comm
 
-__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid", "measure_gamma",
+__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid",
            "weak_scaling", "straggler_sweep", "sweep_exchange"]
 
 
@@ -37,18 +36,6 @@ def _trainer(runner, data, eval_data):
 
 def _gradient_bytes(config) -> int:
     return n_params(config.sizes) * np.dtype(config.dtype).itemsize
-
-
-def measure_gamma(nbytes: int = 1 << 22, repeats: int = 5) -> float:
-    """Seconds per byte of ``a += b`` on float32 (the cost model's gamma), on this process."""
-    a = np.ones(nbytes // 4, np.float32)
-    b = np.ones_like(a)
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a += b
-        best = min(best, time.perf_counter() - t0)
-    return best / nbytes
 
 
 @dataclass(frozen=True)
