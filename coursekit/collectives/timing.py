@@ -1,7 +1,7 @@
 """Time collectives on any Comm and compare with the cost model (pure experiment functions).
 
 :func:`time_collective` runs on every rank (a ThreadComm rank, an engine, an MPI rank);
-:func:`measure` drives it on the first p ranks of a runner (:mod:`coursekit.runner`:
+:func:`measure_and_predict` drives it on the first p ranks of a runner (:mod:`coursekit.runner`:
 ``LocalRunner(4)`` for ThreadComm ranks, ``ClusterRunner(cluster)`` for engines).
 """
 
@@ -63,8 +63,8 @@ class CollectiveTiming:
     busbw_predicted: np.ndarray
 
 
-def measure(runner, p: int, collective: str, algorithm: str, sizes, alpha: float, beta: float,
-            repeats: int = 5) -> CollectiveTiming:
+def measure_and_predict(runner, p: int, collective: str, algorithm: str, sizes, alpha: float,
+                        beta: float, repeats: int = 5) -> CollectiveTiming:
     """Time ``collective``/``algorithm`` at each size on the first ``p`` ranks of ``runner``
     (:mod:`coursekit.runner`) and predict it."""
     if algorithm not in ALGORITHMS.get(collective, ()):

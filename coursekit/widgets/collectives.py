@@ -1,7 +1,7 @@
 """Chapter 2 panel: run a collective on the live ranks, plot measured vs predicted.
 
 Thin by design: Run reads the controls and calls the pure experiment
-:func:`coursekit.collectives.timing.measure` on the panel's runner: the engines of its
+:func:`coursekit.collectives.timing.measure_and_predict` on the panel's runner: the engines of its
 cluster, or a ``runner=LocalRunner(n)`` (ThreadComm ranks). The plot is a PNG of
 :func:`coursekit.viz.collectives.plot_timing`; layout, Run / Stop, errors and a lost
 cluster are handled by :class:`coursekit.widgets.panel.Panel` (tests set ``panel.collective.value = "bcast"`` and
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from coursekit.collectives import ALGORITHMS, DEFAULT_ALGORITHM
-from coursekit.collectives.timing import measure
+from coursekit.collectives.timing import measure_and_predict
 from coursekit.viz import byte_label
 from coursekit.viz.collectives import plot_timing
 from coursekit.widgets.panel import Panel, png, run_target, size_limit
@@ -34,7 +34,7 @@ class CollectivesPanel(Panel):
     """
 
     def __init__(self, max_ranks: int | None = None, *, alpha: float, beta: float,
-                 repeats: int = 3, experiment=measure, **panel_options):
+                 repeats: int = 3, experiment=measure_and_predict, **panel_options):
         max_ranks = size_limit("max_ranks", max_ranks, run_target(panel_options))
         self.alpha, self.beta, self.repeats = alpha, beta, repeats
         self.experiment = experiment

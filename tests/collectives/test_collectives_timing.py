@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from coursekit import costmodel
-from coursekit.collectives.timing import measure, time_collective
+from coursekit.collectives.timing import measure_and_predict, time_collective
 from coursekit.comm import run_local
 from coursekit.runner import LocalRunner
 
@@ -15,7 +15,7 @@ def test_time_collective_per_rank():
 
 
 def test_measure_matches_model_for_predictions():
-    res = measure(LocalRunner(4), 4, "allgather", "ring", [64, 4096], alpha=1e-5, beta=1e-9,
+    res = measure_and_predict(LocalRunner(4), 4, "allgather", "ring", [64, 4096], alpha=1e-5, beta=1e-9,
                   repeats=2)
     assert res.nbytes.tolist() == [64, 4096]
     assert res.measured.shape == (2,) and (res.measured > 0).all()
@@ -26,4 +26,4 @@ def test_measure_matches_model_for_predictions():
 
 def test_measure_rejects_unknown_algorithm():
     with pytest.raises(ValueError, match="allowed"):
-        measure(LocalRunner(2), 2, "bcast", "ring", [64], 1e-5, 1e-9)
+        measure_and_predict(LocalRunner(2), 2, "bcast", "ring", [64], 1e-5, 1e-9)
