@@ -6,7 +6,8 @@
   collective (:mod:`.replay`); :func:`trace_collective` records them on ThreadComm ranks;
 * :func:`simulate_step` - one data-parallel training step: backward pass, tensor-fusion
   buckets, overlap, stragglers (:mod:`.step`), and :func:`scaling` over worker counts;
-* :mod:`.resnet50` - the ResNet-50 on 1024 GPUs case study (Jia et al. 2018);
+* :mod:`.resnet50` - the ResNet-50 on 1024 GPUs case study (Jia et al. 2018), and
+  :func:`~.at_scale.simulate_at_scale`, chapter 7's experiment on it;
 * :mod:`.validate` - simulated vs measured: chapter 3's training step on the live cluster, with
   the link and gamma measured by :mod:`coursekit.measure`;
 * :func:`replay_schedule` - chapter 5's pipeline schedules on the two-level network.

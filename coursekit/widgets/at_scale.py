@@ -1,9 +1,8 @@
 """Chapter 7 panel: ResNet-50 data parallelism at 8 .. 4096 simulated GPUs.
 
-Thin by design: every change of a control calls :func:`experiment`, which only composes
-:func:`coursekit.sim.step.scaling` (the scaling curve, 8 GPUs per node) and
-:func:`~coursekit.sim.step.simulate_step` (the step at the chosen GPU count) on the
-case-study workload and network of :mod:`coursekit.sim.resnet50`; the panel
+Thin by design: every change of a control calls the pure experiment
+:func:`coursekit.sim.at_scale.simulate_at_scale` (the scaling curve and the step at the
+chosen GPU count, on the case-study workload and network of :mod:`coursekit.sim.resnet50`); the panel
 (:class:`coursekit.widgets.panel.Panel`) draws the result as a PNG
 (:func:`coursekit.viz.at_scale.plot_at_scale`), so it prints nothing
 and works headless (tests set ``panel.gpus.value = 2048`` and read ``panel.result``).
@@ -16,64 +15,22 @@ synchronous step waits for the slowest of them, so the same sigma costs more at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import ipywidgets as widgets
 
-from coursekit import checks
-from coursekit.sim import resnet50
-from coursekit.sim.step import StepResult, Stragglers, scaling, simulate_step
+from coursekit.sim.at_scale import GPU_COUNTS, AtScaleResult, simulate_at_scale
 from coursekit.viz.at_scale import plot_at_scale
 from coursekit.widgets.panel import Panel, png
 
-__all__ = ["ALLREDUCE", "AtScalePanel", "AtScaleResult", "GPU_COUNTS", "experiment"]
+__all__ = ["ALLREDUCE", "AtScalePanel"]
 
-GPUS_PER_NODE = resnet50.CASE_STUDY["gpus_per_node"]
-GPU_COUNTS = tuple(GPUS_PER_NODE << k for k in range(10))  # 8 .. 4096
 BATCHES = (8, 16, 32, 64, 128, 256)
 # the fusion slider: its label -> the simulator's fusion_bytes (0: one allreduce per tensor)
 FUSION = {"per tensor": 0, **{f"{mib} MiB": mib << 20 for mib in (1, 2, 4, 8, 16, 32, 64, 128, 256)}}
 ALLREDUCE = (("flat ring", "ring"), ("hierarchical", "hierarchical"))
-EPOCH_IMAGES = resnet50.CASE_STUDY["epochs"] * resnet50.CASE_STUDY["imagenet_train_images"]
-
-
-@dataclass(frozen=True)
-class AtScaleResult:
-    """One setting: the step at ``gpus`` and the curve over :data:`GPU_COUNTS`."""
-
-    gpus: int
-    step: StepResult
-    efficiency: float     # throughput / (gpus x one GPU without communication)
-    images_per_s: float
-    minutes_90_epochs: float
-    slowest: float        # the slowest GPU's compute factor (stragglers)
-    curve: dict           # scaling(): gpus, throughput, efficiency, step_s, exposed_comm_s
-
-
-def experiment(gpus: int = 1024, algorithm: str = "hierarchical", fusion_bytes: int = 64 << 20,
-               fp16: bool = True, batch: int = 64, jitter: float = 0.0,
-               network: dict | None = None) -> AtScaleResult:
-    """The case study at one setting (pure). ``network``: keyword arguments of
-    :func:`coursekit.sim.resnet50.case_study_network` (bandwidths, latencies)."""
-    if gpus not in GPU_COUNTS:
-        raise ValueError(f"gpus must be one of {GPU_COUNTS} (whole nodes of {GPUS_PER_NODE}), "
-                         f"got {gpus!r}")
-    checks.integer(fusion_bytes, "fusion_bytes", at_least=0,
-                   hint=" (the tensor-fusion threshold; 0: one allreduce per tensor)")
-    work = resnet50.workload(batch=batch)
-    net = resnet50.case_study_network(gpus // GPUS_PER_NODE, **(network or {}))
-    options = dict(algorithm=algorithm, fusion_bytes=fusion_bytes, fp16=fp16,
-                   stragglers=Stragglers(jitter=jitter) if jitter else None)
-    curve = scaling(work, net, [g // GPUS_PER_NODE for g in GPU_COUNTS], **options)
-    step = simulate_step(work, net, **options)
-    i = GPU_COUNTS.index(gpus)
-    slowest = float(options["stragglers"].factors(gpus).max()) if jitter else 1.0
-    return AtScaleResult(gpus, step, float(curve["efficiency"][i]), step.throughput,
-                         EPOCH_IMAGES / step.throughput / 60, slowest, curve)
 
 
 class AtScalePanel(Panel):
-    """Controls for :func:`experiment`; ``panel.result`` is the latest
+    """Controls for :func:`~coursekit.sim.at_scale.simulate_at_scale`; ``panel.result`` is the latest
     :class:`AtScaleResult` (None after an impossible setting), ``panel.status`` says
     efficiency, images/s and minutes for 90 epochs."""
 
@@ -100,14 +57,14 @@ class AtScalePanel(Panel):
         self.run()
 
     def settings(self) -> dict:
-        """The controls as keyword arguments of :func:`experiment`."""
+        """The controls as keyword arguments of :func:`~coursekit.sim.at_scale.simulate_at_scale`."""
         return dict(gpus=self.gpus.value, algorithm=self.algorithm.value,
                     fusion_bytes=self.fusion.value, fp16=self.fp16.value, batch=self.batch.value,
                     jitter=self.jitter.value, network=self.network)
 
     def compute(self):
         """Simulate the current settings."""
-        return experiment(**self.settings())
+        return simulate_at_scale(**self.settings())
 
     def show(self, r: AtScaleResult) -> None:
         straggle = f", slowest GPU x{r.slowest:.2f}" if r.slowest > 1 else ""

@@ -5,7 +5,8 @@ import pytest
 
 from coursekit.sim import resnet50
 from coursekit.sim.step import Stragglers, scaling
-from coursekit.widgets.at_scale import EPOCH_IMAGES, GPU_COUNTS, AtScalePanel, experiment
+from coursekit.sim.at_scale import EPOCH_IMAGES, GPU_COUNTS, simulate_at_scale
+from coursekit.widgets.at_scale import AtScalePanel
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -67,16 +68,16 @@ def test_more_gpus_never_raise_efficiency_and_stragglers_cost_more_at_scale():
     small_loss = 1 - panel.result.efficiency / clean
     panel.gpus.value = 4096
     big = panel.result
-    no_jitter = experiment(gpus=4096)
+    no_jitter = simulate_at_scale(gpus=4096)
     assert 1 - big.efficiency / no_jitter.efficiency > small_loss  # the max of more draws
     assert big.slowest == pytest.approx(Stragglers(jitter=0.1).factors(4096).max())
 
 
 def test_bad_settings():
     with pytest.raises(ValueError, match="gpus must be one of"):
-        experiment(gpus=1000)
+        simulate_at_scale(gpus=1000)
     with pytest.raises(ValueError, match=r"fusion_bytes=-1: must be >= 0 \(the tensor-fusion"):
-        experiment(fusion_bytes=-1)
+        simulate_at_scale(fusion_bytes=-1)
     panel = AtScalePanel(network={"inter_bandwidth": -1.0})
     assert panel.result is None and panel.status.value.startswith("error:")
     assert "inter_bandwidth" in panel.status.value
