@@ -34,7 +34,7 @@ from coursekit.nn.flops import mlp_step_flops
 from coursekit.parallel import compression as Z
 from coursekit.parallel.param_server import PSConfig
 from coursekit.parallel.data_parallel.buckets import make_buckets
-from coursekit.parallel.compression.experiment import Setup
+from coursekit.parallel.compression.experiment import CompressionConfig
 from coursekit.parallel.compression.experiment import train as train_compressed
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.parallel.data_parallel import train as train_dp
@@ -525,8 +525,8 @@ def test_chapter_5(call, names, allowed):
 GRAD = np.linspace(-1, 1, 12, dtype=np.float32)
 
 
-def setup_field(field, value, allowed, **others):
-    return bad(Setup, **{field: value}, **others, names=field, allowed=allowed)
+def config_field(field, value, allowed, **others):
+    return bad(CompressionConfig, **{field: value}, **others, names=field, allowed=allowed)
 
 
 def exchange_on_ranks(grad, compressor=lambda r: Z.TopK(0.5)):
@@ -578,19 +578,23 @@ CHAPTER_6 = [
                  id="exchange(sign, grads of different sizes)", marks=pytest.mark.xfail(
                      strict=True, reason="known gap: 10 and 12 signs both pack into 2 bytes, so "
                      "no rank can tell; only a fingerprint exchange (extra wire bytes) would")),
-    setup_field("compressor", "zip", "none, fp16"),
-    bad(Setup, compressor="topk", value=0.0, names="ratio", allowed=r"\(0, 1\]"),
-    bad(Setup, compressor="none", value=3, names="compressor", allowed="takes no parameter"),
-    *[setup_field("epochs", v, ">= 1|integer") for v in (0, 2.5, True)],
-    setup_field("batch_size", -4, ">= 1"),
-    setup_field("hidden", 0, ">= 1"),
-    *[setup_field("lr", v, "> 0|number|finite") for v in (0.0, -1.0, NAN, INF, "0.1", None)],
-    setup_field("seed", "x", SEED),
-    setup_field("error_feedback", "no", "True or False"),
-    bad(train_compressed, THREADS, Setup(), workers=0, names="workers", allowed=">= 1"),
-    bad(train_compressed, THREADS, Setup(), workers=2.0, names="workers", allowed="integer"),
-    bad(train_compressed, THREADS, {"compressor": "topk"}, names="setup", allowed="Setup"),
-    bad(train_compressed, 2, Setup(), names="runner", allowed="LocalRunner"),
+    config_field("compressor", "zip", "none, fp16"),
+    bad(CompressionConfig, compressor="topk", value=0.0, names="ratio", allowed=r"\(0, 1\]"),
+    bad(CompressionConfig, compressor="none", value=3, names="compressor",
+        allowed="takes no parameter"),
+    *[config_field("epochs", v, ">= 1|integer") for v in (0, 2.5, True)],
+    config_field("batch_size", -4, ">= 1"),
+    config_field("hidden", 0, ">= 1"),
+    *[config_field("lr", v, "> 0|number|finite") for v in (0.0, -1.0, NAN, INF, "0.1", None)],
+    config_field("seed", "x", SEED),
+    config_field("error_feedback", "no", "True or False"),
+    bad(train_compressed, THREADS, CompressionConfig(), workers=0, names="workers",
+        allowed=">= 1"),
+    bad(train_compressed, THREADS, CompressionConfig(), workers=2.0, names="workers",
+        allowed="integer"),
+    bad(train_compressed, THREADS, {"compressor": "topk"}, names="config",
+        allowed="CompressionConfig"),
+    bad(train_compressed, 2, CompressionConfig(), names="runner", allowed="LocalRunner"),
 ]
 
 
@@ -740,7 +744,7 @@ INT_SETTINGS = [  # (name, call with the value, smallest allowed, largest allowe
     ("steps", lambda v: PSConfig(steps=v), 1, None),
     ("staleness", lambda v: PSConfig(staleness=v), 0, None),
     ("n_workers", lambda v: PSConfig(n_workers=v), 1, None),
-    ("epochs", lambda v: Setup(epochs=v), 1, None),
+    ("epochs", lambda v: CompressionConfig(epochs=v), 1, None),
     ("stages", lambda v: schedule("gpipe", v, 2), 1, 8192),
     ("microbatches", lambda v: schedule("gpipe", 2, v), 1, 8192),
     ("n_samples", lambda v: make_classification(n_samples=v, n_features=2), 2, None),
@@ -758,7 +762,7 @@ REAL_SETTINGS = [  # (name, call with the value, bad_reals' interval)
     ("slow_factor", lambda v: DPConfig(slow_factor=v), dict(low=1)),
     ("lr", lambda v: PSConfig(lr=v), dict(low=0, low_open=True)),
     ("jitter", lambda v: PSConfig(jitter=v), dict(low=0)),
-    ("lr", lambda v: Setup(lr=v), dict(low=0, low_open=True)),
+    ("lr", lambda v: CompressionConfig(lr=v), dict(low=0, low_open=True)),
     ("base_lr", lambda v: LRSchedule(v, "linear", 4), dict(low=0, low_open=True)),
     ("t_f", lambda v: simulate(GPIPE, t_f=v), dict(low=0)),
     ("ratio", lambda v: Z.TopK(v), dict(low=0, high=1, low_open=True)),

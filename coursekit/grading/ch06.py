@@ -23,7 +23,7 @@ from coursekit.comm import run_local
 from coursekit.comm.trace import recording
 from coursekit.grading.core import CheckFailure, check
 from coursekit.parallel.compression import Exchanged
-from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.parallel.compression.sparsification import keep_count
 from coursekit.runner import LocalRunner
 
@@ -101,7 +101,7 @@ def _check_case(fn, p, n, ratio, seed):
 def student_exchanger(fn, ratio):
     """An ``exchanger`` for :func:`~coursekit.parallel.compression.experiment.train` that
     runs the student's function with its own residual on every rank."""
-    def factory(comm, setup, mlp):
+    def factory(comm, config, mlp):
         residual = np.zeros_like(mlp.params)
         k = keep_count(mlp.n_params, ratio)
 
@@ -121,9 +121,10 @@ def check_topk_error_feedback(topk_ef_exchange, seed: int = 0):
     """``topk_ef_exchange(comm, grad, residual, ratio) -> (mean, new_residual)``."""
     for p, n, ratio in CASES:
         _check_case(topk_ef_exchange, p, n, ratio, seed)
-    dense = train(LocalRunner(2), Setup(epochs=EPOCHS, seed=seed), timeout=60).final_accuracy
-    sparse = train(LocalRunner(2), Setup("topk", 0.01, True, epochs=EPOCHS, seed=seed), timeout=60,
-                   exchanger=student_exchanger(topk_ef_exchange, 0.01)).final_accuracy
+    dense = train(LocalRunner(2), CompressionConfig(epochs=EPOCHS, seed=seed),
+                  timeout=60).final_accuracy
+    sparse = train(LocalRunner(2), CompressionConfig("topk", 0.01, True, epochs=EPOCHS, seed=seed),
+                   timeout=60, exchanger=student_exchanger(topk_ef_exchange, 0.01)).final_accuracy
     if sparse < dense - 0.01:
         raise CheckFailure(f"on digits, 2 workers, {EPOCHS} epochs at 99% sparsity reached "
                            f"{sparse:.1%} test accuracy against {dense:.1%} uncompressed; with "

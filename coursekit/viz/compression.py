@@ -23,7 +23,7 @@ def plot_runs(results, alpha: float, beta: float, fig: Figure | None = None) -> 
     for i, r in enumerate(results):
         c = series_color(i)
         ax_b.semilogx(r.wire_bytes, r.test_accuracy, "o-", ms=3, color=c,
-                      label=f"{r.setup.label}, p={r.p}")
+                      label=f"{r.config.label}, p={r.p}")
         compute = r.seconds - r.exchange_seconds
         ax_t.plot(r.seconds, r.test_accuracy, "o-", ms=3, color=c)
         ax_t.plot(compute + r.predicted_exchange_seconds(alpha, beta), r.test_accuracy, "--",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from coursekit.parallel.compression import COMPRESSORS, make_compressor
-from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.viz.compression import plot_runs
 from coursekit.widgets.panel import Panel, run_target, png, size_limit
 
@@ -85,16 +85,16 @@ class CompressionPanel(Panel):
         self.value.value, self.value.disabled = default, False
         self.value.description = param
 
-    def setup(self) -> Setup:
+    def config(self) -> CompressionConfig:
         """The run the controls describe."""
         name = self.compressor.value
         value = self.value.value if COMPRESSORS[name].param else None
-        return Setup(name, value, self.error_feedback.value,
+        return CompressionConfig(name, value, self.error_feedback.value,
                      epochs=self.epochs.value, seed=self.seed)
 
     def compute(self):
         """Train with the current settings, following the workers live."""
-        return self.experiment(self.runner(), self.setup(), workers=self.workers.value,
+        return self.experiment(self.runner(), self.config(), workers=self.workers.value,
                                on_update=self.on_data)
 
     def draw_live(self, data) -> None:
@@ -103,7 +103,7 @@ class CompressionPanel(Panel):
             self.say(f"running: epoch {len(evals)}, test accuracy {evals[-1][1]:.1%}")
 
     def show(self, result) -> None:
-        self.say(f"{result.setup.label}: {result.final_accuracy:.1%} test accuracy, "
+        self.say(f"{result.config.label}: {result.final_accuracy:.1%} test accuracy, "
                  f"{result.wire_bytes[-1] / 1e6:.3g} MB sent per worker; "
                  + exchange_comparison(result, self.alpha, self.beta))
         self.plot.value = png(plot_runs(self.results, self.alpha, self.beta))

@@ -22,7 +22,7 @@ import numpy as np
 from coursekit import cluster, measure
 from coursekit.comm import setup_comm
 from coursekit.parallel import compression as C
-from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.runner import ClusterRunner
 from coursekit.viz import color, legend_outside, show
 
@@ -126,9 +126,9 @@ assert gap < 1e-9
 
 # %%
 runs = {}
-for setup in (Setup("none"), Setup("topk", 0.01, error_feedback=True),
-              Setup("topk", 0.01, error_feedback=False)):
-    runs[setup.label] = train(engines, setup)
+for config in (CompressionConfig("none"), CompressionConfig("topk", 0.01, error_feedback=True),
+               CompressionConfig("topk", 0.01, error_feedback=False)):
+    runs[config.label] = train(engines, config)
 dense = runs["none"].final_accuracy
 with_ef = runs["topk ratio=0.01 + EF"].final_accuracy
 without_ef = runs["topk ratio=0.01"].final_accuracy
@@ -166,8 +166,9 @@ show()
 # got wrong is sent later.
 
 # %%
-for setup in (Setup("signsgd"), Setup("sign"), Setup("sign", error_feedback=True)):
-    runs[setup.label] = train(engines, setup)
+for config in (CompressionConfig("signsgd"), CompressionConfig("sign"),
+               CompressionConfig("sign", error_feedback=True)):
+    runs[config.label] = train(engines, config)
 for label in ("none", "signsgd", "sign", "sign + EF"):
     print(f"{label:10s} test accuracy per epoch: "
           + " ".join(f"{a:.2f}" for a in runs[label].test_accuracy))

@@ -18,7 +18,7 @@ def run(label, p, scale):
     """A run's curves over three epochs; the model's exchange time is ``scale`` x the bytes."""
     wire = np.array([1e5, 2e5, 3e5]) * scale
     return SimpleNamespace(
-        setup=SimpleNamespace(label=label), p=p, wire_bytes=wire,
+        config=SimpleNamespace(label=label), p=p, wire_bytes=wire,
         test_accuracy=np.array([0.6, 0.8, 0.9]), seconds=np.array([1.0, 2.0, 3.0]),
         exchange_seconds=np.array([0.2, 0.4, 0.6]),
         predicted_exchange_seconds=lambda alpha, beta: alpha + beta * wire)

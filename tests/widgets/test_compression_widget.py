@@ -5,7 +5,7 @@ import pytest
 
 from coursekit.data import load_digits
 from coursekit.nn import MLP, train as train_serial
-from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.parallel.compression.inference import int8_report, quantize_mlp, quantize_symmetric
 from coursekit.parallel.compression import predict_seconds
 from coursekit.runner import LocalRunner
@@ -31,7 +31,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
     panel.workers.value = 2
     panel.run_button.click()
     assert panel.wait(60), "the clicked run did not end"
-    assert calls == [(THREADS, Setup("qsgd", 16, False, epochs=2, seed=4), 2)]
+    assert calls == [(THREADS, CompressionConfig("qsgd", 16, False, epochs=2, seed=4), 2)]
     result = panel.results[-1]
     assert result.p == 2 and len(result.test_accuracy) == 2
     assert f"{result.final_accuracy:.1%}" in panel.status.value
@@ -47,14 +47,14 @@ def test_run_button_calls_the_experiment_with_the_controls():
 def test_parameterless_compressors_disable_the_value_slider_and_runs_accumulate():
     panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2, epochs=1, runner=THREADS)
     panel.compressor.value = "sign"
-    assert panel.value.disabled and panel.setup().value is None
+    assert panel.value.disabled and panel.config().value is None
     panel.run_button.click()
     assert panel.wait(60), "the clicked run did not end"
     panel.compressor.value = "powersgd"
     assert not panel.value.disabled and panel.value.options[0] == ("1", 1)
     panel.run_button.click()
     assert panel.wait(60), "the clicked run did not end"
-    assert [r.setup.label for r in panel.results] == ["sign + EF", "powersgd rank=2 + EF"]
+    assert [r.config.label for r in panel.results] == ["sign + EF", "powersgd rank=2 + EF"]
     panel.clear_button.click()
     assert panel.results == [] and panel.plot.value == b""
 

@@ -40,7 +40,7 @@ from .memory import make_memory
 
 
 @dataclass(frozen=True)
-class Setup:
+class CompressionConfig:
     """One training run. ``value``: the compressor's parameter (None: its default).
 
     ``batch_size`` is per worker (the global batch is p times larger); ``lr`` is SGD's;
@@ -88,7 +88,7 @@ class CompressionResult:
     decompress); ``params``: the final parameters of every rank (they must all be equal).
     """
 
-    setup: Setup
+    config: CompressionConfig
     p: int
     steps_per_epoch: int
     n_params: int
@@ -103,7 +103,7 @@ class CompressionResult:
     @property
     def collective(self) -> str:
         """How the compressor's payloads travel: "allreduce", "allgather" or "powersgd"."""
-        return COMPRESSORS[self.setup.compressor].cls.collective
+        return COMPRESSORS[self.config.compressor].cls.collective
 
     @property
     def final_accuracy(self) -> float:
@@ -122,44 +122,44 @@ class CompressionResult:
         return steps * predict_seconds("allreduce", self.p, 4 * self.n_params, alpha, beta)
 
 
-def compressed_exchange(comm, setup: Setup, mlp):
+def compressed_exchange(comm, config: CompressionConfig, mlp):
     """The default exchanger: ``grad -> exchange(comm, grad, compressor, memory)`` with
-    ``setup``'s compressor (one per rank; stochastic ones seeded by (seed, rank)) and memory."""
+    ``config``'s compressor (one per rank; stochastic ones seeded by (seed, rank)) and memory."""
     compressor = make_compressor(
-        setup.compressor, setup.value, sizes=mlp.sizes,
-        rng=setup.seed if setup.compressor == "powersgd"
-        else np.random.default_rng([setup.seed, comm.rank]))
-    memory = make_memory(setup.error_feedback)
+        config.compressor, config.value, sizes=mlp.sizes,
+        rng=config.seed if config.compressor == "powersgd"
+        else np.random.default_rng([config.seed, comm.rank]))
+    memory = make_memory(config.error_feedback)
     return lambda grad: exchange(comm, grad, compressor, memory)
 
 
-def divergence_advice(setup: Setup, n_params: int) -> str:
-    """What to change when ``setup`` diverged: for error feedback with an unbiased
+def divergence_advice(config: CompressionConfig, n_params: int) -> str:
+    """What to change when ``config`` diverged: for error feedback with an unbiased
     compressor whose omega > 1 (:meth:`Compressor.variance_bound`), why it blows up."""
-    compressor = make_compressor(setup.compressor, setup.value, sizes=(setup.hidden,) * 3)
+    compressor = make_compressor(config.compressor, config.value, sizes=(config.hidden,) * 3)
     omega = compressor.variance_bound(n_params)
-    if setup.error_feedback and omega is not None and omega > 1:
+    if config.error_feedback and omega is not None and omega > 1:
         return (f"error feedback adds back x - C(x), and for this unbiased compressor "
                 f"E||C(x) - x||^2 reaches {omega:.3g} ||x||^2 on {n_params:,} parameters "
                 f"(omega > 1), so the residual grows every step; switch error feedback off "
                 f"(an unbiased compressor needs none)")
-    return f"lower the learning rate (lr={setup.lr:g}) or compress less"
+    return f"lower the learning rate (lr={config.lr:g}) or compress less"
 
 
 class GradientSum:
-    """Chapter 3's ``gradient_sum`` hook with ``setup``'s compressed exchange (see the module
-    docstring): ``data_parallel.train(runner, config, data, gradient_sum=GradientSum(setup))``.
+    """Chapter 3's ``gradient_sum`` hook with ``config``'s compressed exchange (see the module
+    docstring): ``data_parallel.train(runner, dp, data, gradient_sum=GradientSum(config))``.
 
-    ``exchanger(comm, setup, mlp)`` builds each rank's ``step(x) -> Exchanged`` (default:
+    ``exchanger(comm, config, mlp)`` builds each rank's ``step(x) -> Exchanged`` (default:
     :func:`compressed_exchange`). ``steps_per_epoch`` only words the divergence message.
     Picklable when ``exchanger`` is, so engines get it too.
     """
 
-    def __init__(self, setup: Setup, exchanger=compressed_exchange,
+    def __init__(self, config: CompressionConfig, exchanger=compressed_exchange,
                  steps_per_epoch: int | None = None):
-        self.setup = checks.instance(setup, "setup", Setup)
+        self.config = checks.instance(config, "config", CompressionConfig)
         if not callable(exchanger):
-            raise TypeError(f"exchanger must be a callable (comm, setup, mlp) -> step; "
+            raise TypeError(f"exchanger must be a callable (comm, config, mlp) -> step; "
                             f"got {type(exchanger).__name__}")
         self.exchanger, self.steps_per_epoch = exchanger, steps_per_epoch
 
@@ -173,7 +173,7 @@ class RankGradientSum:
 
     def __init__(self, hook: GradientSum, comm, mlp):
         self.hook, self.comm, self.n_params = hook, comm, mlp.n_params
-        self.step = hook.exchanger(comm, hook.setup, mlp)
+        self.step = hook.exchanger(comm, hook.config, mlp)
         self.log = {"payload_bytes": [], "wire_bytes": [], "exchange_seconds": []}
         self.payload = self.wire = 0
         self.seconds = 0.0
@@ -188,8 +188,8 @@ class RankGradientSum:
             if not np.isfinite(result.mean).all():  # the same on every rank
                 raise Diverged("the averaged gradient is not finite")
         except Diverged as err:
-            raise Diverged(f"diverged at {self._when()} with {self.hook.setup.label}: "
-                           f"{divergence_advice(self.hook.setup, self.n_params)}") from err
+            raise Diverged(f"diverged at {self._when()} with {self.hook.config.label}: "
+                           f"{divergence_advice(self.hook.config, self.n_params)}") from err
         self.seconds += time.perf_counter() - t0
         self.payload += result.payload_nbytes
         self.wire += result.wire_nbytes
@@ -205,16 +205,16 @@ class RankGradientSum:
         return f"step {step + 1}"
 
 
-def dp_config(setup: Setup, data, p: int) -> DPConfig:
-    """Chapter 3's settings for ``setup`` on p workers: the global batch is p x the
+def dp_config(config: CompressionConfig, data, p: int) -> DPConfig:
+    """Chapter 3's settings for ``config`` on p workers: the global batch is p x the
     per-worker batch, whole gradients are summed (the hook), rank 0 evaluates every epoch."""
-    config = DPConfig(sizes=(data.n_features, setup.hidden, data.n_classes), seed=setup.seed,
-                      batch_size=setup.batch_size * p, epochs=setup.epochs, lr=setup.lr,
-                      timeline_steps=0)
-    return replace(config, eval_every=config.total_steps(len(data.X_train)) // setup.epochs)
+    dp = DPConfig(sizes=(data.n_features, config.hidden, data.n_classes), seed=config.seed,
+                  batch_size=config.batch_size * p, epochs=config.epochs, lr=config.lr,
+                  timeline_steps=0)
+    return replace(dp, eval_every=dp.total_steps(len(data.X_train)) // config.epochs)
 
 
-def train(runner: Runner, setup: Setup, data=None, *, workers: int | None = None,
+def train(runner: Runner, config: CompressionConfig, data=None, *, workers: int | None = None,
           on_update=None, exchanger=compressed_exchange,
           timeout: float | None = None) -> CompressionResult:
     """Train with the first ``workers`` ranks of ``runner`` (default all of them):
@@ -225,34 +225,34 @@ def train(runner: Runner, setup: Setup, data=None, *, workers: int | None = None
     ``data[0]["evals"]``: (step, test accuracy) after every epoch so far).
     """
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
-    checks.instance(setup, "setup", Setup)
+    checks.instance(config, "config", CompressionConfig)
     data = load_digits() if data is None else checks.instance(data, "data", Dataset)
     p = runner.size if workers is None else checks.integer(workers, "workers", at_least=1)
-    config = dp_config(setup, data, p)
-    hook = GradientSum(setup, exchanger, config.eval_every)
-    run = data_parallel.train(runner, config, (data.X_train, data.y_train),
+    dp = dp_config(config, data, p)
+    hook = GradientSum(config, exchanger, dp.eval_every)
+    run = data_parallel.train(runner, dp, (data.X_train, data.y_train),
                               (data.X_test, data.y_test), workers=p, gradient_sum=hook,
                               on_update=on_update, timeout=timeout)
-    return _per_epoch(setup, run)
+    return _per_epoch(config, run)
 
 
-def _per_epoch(setup: Setup, run: data_parallel.DPResult) -> CompressionResult:
+def _per_epoch(config: CompressionConfig, run: data_parallel.DPResult) -> CompressionResult:
     """The run's per-step arrays read at the end of every epoch."""
     per_epoch = run.config.eval_every
-    ends = per_epoch * np.arange(1, setup.epochs + 1) - 1
+    ends = per_epoch * np.arange(1, config.epochs + 1) - 1
     logs = run.hook_logs
 
     def at_ends(key, reduce):
         return reduce(np.array([log[key] for log in logs], dtype=float), axis=0)[ends]
 
     return CompressionResult(
-        setup=setup, p=run.n_workers, steps_per_epoch=per_epoch, n_params=run.params.size,
+        config=config, p=run.n_workers, steps_per_epoch=per_epoch, n_params=run.params.size,
         test_accuracy=np.asarray(run.test_accuracy, float),
-        train_loss=run.loss.reshape(setup.epochs, per_epoch).mean(axis=1),
+        train_loss=run.loss.reshape(config.epochs, per_epoch).mean(axis=1),
         payload_bytes=at_ends("payload_bytes", np.mean), wire_bytes=at_ends("wire_bytes", np.mean),
         seconds=np.cumsum(run.step_s.max(axis=0))[ends],
         exchange_seconds=at_ends("exchange_seconds", np.max), params=run.rank_params)
 
 
-__all__ = ["CompressionResult", "GradientSum", "RankGradientSum", "Setup", "compressed_exchange",
-           "divergence_advice", "dp_config", "train"]
+__all__ = ["CompressionConfig", "CompressionResult", "GradientSum", "RankGradientSum",
+           "compressed_exchange", "divergence_advice", "dp_config", "train"]

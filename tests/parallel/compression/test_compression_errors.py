@@ -5,7 +5,7 @@ import pytest
 
 from coursekit.parallel.compression import (QSGD, ErrorFeedback, PowerSGD, RandomK, Sign,
                                             Threshold, TopK, Uniform, exchange, make_compressor)
-from coursekit.parallel.compression.experiment import Setup
+from coursekit.parallel.compression.experiment import CompressionConfig
 
 
 @pytest.mark.parametrize("ratio", [0, -0.1, 1.5, float("nan")])
@@ -102,10 +102,10 @@ def test_exchange_and_memory_errors():
 
 def test_setup_errors():
     with pytest.raises(ValueError, match="unknown compressor"):
-        Setup("gzip")
+        CompressionConfig("gzip")
     with pytest.raises(ValueError, match="epochs=0"):
-        Setup(epochs=0)
+        CompressionConfig(epochs=0)
     with pytest.raises(ValueError, match=r"ratio=2.0"):
-        Setup("topk", 2.0)
+        CompressionConfig("topk", 2.0)
     with pytest.raises(ValueError, match="rank=100 is larger than a 64 x 64 matrix"):
-        Setup("powersgd", 100)
+        CompressionConfig("powersgd", 100)

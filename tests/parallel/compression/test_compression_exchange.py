@@ -9,7 +9,7 @@ from coursekit.comm import run_local
 from coursekit.comm.trace import recording
 from coursekit.parallel.compression import (COMPRESSORS, ErrorFeedback, PowerSGD, Sign, TopK,
                                             exchange, make_compressor, predict_seconds)
-from coursekit.parallel.compression.experiment import Setup, train
+from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.runner import LocalRunner
 
 SIZES = [16, 8, 4]  # 16*8 + 8 + 8*4 + 4 = 172 parameters
@@ -124,7 +124,7 @@ def test_predict_seconds_follows_the_cost_model():
 # ---- training ----------------------------------------------------------------------------------
 
 def test_training_keeps_every_rank_identical_and_counts_bytes():
-    result = train(LocalRunner(3), Setup("qsgd", 4, epochs=1))
+    result = train(LocalRunner(3), CompressionConfig("qsgd", 4, epochs=1))
     for params in result.params[1:]:
         np.testing.assert_array_equal(params, result.params[0])
     steps = result.steps_per_epoch
@@ -135,7 +135,8 @@ def test_training_keeps_every_rank_identical_and_counts_bytes():
 
 def test_topk_99_with_error_feedback_matches_uncompressed_and_without_it_does_worse():
     """The chapter's claim on digits, 2 workers, 10 epochs, seed 0."""
-    dense, ef, no_ef = (train(LocalRunner(2), Setup(**kw, epochs=10, seed=0)).final_accuracy
+    dense, ef, no_ef = (train(LocalRunner(2),
+                              CompressionConfig(**kw, epochs=10, seed=0)).final_accuracy
                         for kw in (
         {}, {"compressor": "topk", "value": 0.01, "error_feedback": True},
         {"compressor": "topk", "value": 0.01}))
