@@ -50,7 +50,7 @@ def main(argv=None):
     from coursekit.nn.layout import n_params
     from coursekit.parallel.data_parallel import experiments as ex
     from coursekit.parallel.data_parallel import DPConfig, train
-    from coursekit.parallel.data_parallel.exchange import predict_comm
+    from coursekit.parallel.data_parallel.strategies import predict_comm
     from coursekit.runner import ClusterRunner
 
     data = make_classification(4096, args.sizes[0], args.sizes[-1], seed=0)

@@ -38,7 +38,7 @@ from coursekit.parallel.compression.experiment import CompressionConfig
 from coursekit.parallel.compression.experiment import train as train_compressed
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.parallel.data_parallel import train as train_dp
-from coursekit.parallel.data_parallel.exchange import predict_comm
+from coursekit.parallel.data_parallel.strategies import predict_comm
 from coursekit.parallel.data_parallel.lr_rules import LRSchedule, scaled_lr
 from coursekit.parallel.pipeline import (F, I, Action, Schedule, run_pipeline, schedule, simulate,
                                          stage_layers, validate)

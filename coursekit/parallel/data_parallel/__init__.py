@@ -9,7 +9,7 @@
 
 * :mod:`.sync_sgd` - the worker's step (:func:`train_worker`) and :func:`train` on a runner;
 * :mod:`.config` / :mod:`.results` - :class:`DPConfig` in, :class:`DPResult` out;
-* :mod:`.exchange` - allreduce, parameter server or averaging, and their cost formulas;
+* :mod:`.strategies` - the exchange strategies: allreduce, parameter server or averaging, and their cost formulas;
   :mod:`.buckets` - gradient buckets overlapped with the backward pass;
 * :mod:`.sampler` - each worker's rows of the global batch; :mod:`.lr_rules` - the
   learning-rate rules for a batch that grows with the workers;

@@ -22,7 +22,7 @@ import numpy as np
 
 from coursekit.nn.layout import n_params
 
-from .exchange import predict_bytes_through, predict_comm
+from .strategies import predict_bytes_through, predict_comm
 
 __all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid",
            "weak_scaling", "straggler_sweep", "sweep_exchange"]

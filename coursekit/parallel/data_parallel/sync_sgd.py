@@ -5,7 +5,7 @@ Step t on worker k of N (the lecture's "Data parallel synchronous SGD"):
 1. read its n_k rows of the global batch of B = sum_k n_k rows (:mod:`.sampler`);
 2. forward + backward on them: the local mean gradient g_k;
 3. combine: g = sum_k (n_k / B) g_k, which IS the gradient of the serial batch of B rows
-   (allreduce, parameter server or parameter averaging: :mod:`.exchange`);
+   (allreduce, parameter server or parameter averaging: :mod:`.strategies`);
 4. update: w <- w - eta_t g, with eta_t from the learning-rate rule (:mod:`.lr_rules`).
 
 So N workers with n examples each train exactly like one worker with batch n * N: the
@@ -40,7 +40,7 @@ from coursekit.runner import Runner
 
 from .config import DPConfig
 from .results import DPResult, RankResult, combine_ranks
-from .exchange import Exchange, check_gradient_sum
+from .strategies import Exchange, check_gradient_sum
 from .lr_rules import LRSchedule
 from .sampler import Sampler
 from ..checkpoint import RankState
@@ -103,7 +103,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     ``data``: a row source of :mod:`coursekit.datafile` (each worker reads only its rows),
     an ``(X, y)`` pair or a packed file's path. ``eval_data``: ``(X_test, y_test)`` for the
     test accuracy on rank 0. ``resume``: start from the newest complete, intact checkpoint.
-    ``gradient_sum``: another way to sum the gradients (see :class:`.exchange.Exchange`),
+    ``gradient_sum``: another way to sum the gradients (see :class:`.strategies.Exchange`),
     e.g. :class:`coursekit.parallel.compression.experiment.GradientSum`.
     """
     cfg = config

@@ -15,7 +15,7 @@ from coursekit.collectives import ALGORITHMS
 from coursekit.nn import MLP, SGD, train
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
-from coursekit.parallel.data_parallel.exchange import predict_bytes_sent, predict_bytes_through
+from coursekit.parallel.data_parallel.strategies import predict_bytes_sent, predict_bytes_through
 from coursekit.parallel.data_parallel.lr_rules import LRSchedule
 from coursekit.runner import LocalRunner
 
@@ -162,7 +162,7 @@ def test_a_straggler_slows_every_rank_down(digits):
 
 
 def test_predicted_comm_time_formulas():
-    from coursekit.parallel.data_parallel.exchange import predict_comm
+    from coursekit.parallel.data_parallel.strategies import predict_comm
     a, b, n = 1e-5, 1e-9, 10**6
     assert predict_comm("allreduce", "ring", 1, n, a, b) == 0.0
     ring = predict_comm("allreduce", "ring", 4, n, a, b)

@@ -1,4 +1,4 @@
-"""How the workers combine their work each step, and what that costs.
+"""The exchange strategies: how the workers combine their work each step, and what that costs.
 
 N workers, a gradient of n bytes, the alpha-beta-gamma model of :mod:`coursekit.costmodel`:
 
