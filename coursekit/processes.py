@@ -9,6 +9,7 @@ end, end every cluster process that inherited it.
 from __future__ import annotations
 
 import re
+import time
 
 import psutil
 
@@ -73,13 +74,27 @@ def end_processes(processes: list[psutil.Process], grace: float = 3.0) -> None:
             proc.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(processes, timeout=grace)
-    for proc in alive:
+    left = _wait_until_ended(processes, grace)
+    for proc in left:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=grace)
+    _wait_until_ended(left, grace)
+
+
+def _wait_until_ended(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until none of ``processes`` is ``alive``; return those still alive at ``timeout``.
+
+    A zombie has ended: an orphan's one (an engine's nanny, once its engine has exited)
+    waits for init to reap it, which can take seconds. Our own children are reaped here.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        _, left = psutil.wait_procs(processes, timeout=0.05)
+        processes = [proc for proc in left if alive(proc)]
+        if not processes or time.monotonic() >= deadline:
+            return processes
 
 
 def end_cluster_processes(ipython_dir: str | None = None, grace: float = 3.0) -> list[str]:

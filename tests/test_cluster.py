@@ -117,7 +117,7 @@ def test_engines_that_fail_to_start_report_their_output(tmp_path):
         "import sys\nprint('engine start-up exploded on purpose', flush=True)\nsys.exit(3)\n"
     )
     with pytest.raises(cluster.ClusterError, match="engine start-up exploded on purpose"):
-        cluster.start(n=2, engine_env={"PYTHONPATH": str(tmp_path)}, timeout=8)
+        cluster.start(n=2, engine_env={"PYTHONPATH": str(tmp_path)}, timeout=3)
 
 
 @pytest.mark.parametrize("n, error", [(0, ValueError), (-1, ValueError), (2.5, TypeError),

@@ -3,7 +3,8 @@
 The gradebook test runs the real command in its own process, with TMPDIR pointed into
 the test's folder, so every kernel's private IPYTHONDIR lies there and the test can
 prove that no kernel, engine or controller of any graded notebook survives. It grades
-exercises 00 (starts a cluster) and 02 (the fastest) only: about 40 s in all.
+exercises 00 (starts a cluster) and 02 (the fastest) only: about 30 s, in the background
+while the release tests run.
 """
 
 import csv
@@ -17,14 +18,18 @@ import pytest
 
 from coursekit import notebooks as nb
 from coursekit import release
+from coursekit.processes import end_processes
 
 EXERCISES = ("00_latency_bandwidth", "02_collectives")
 TIMEOUT_S = 20
 
 
-def cli(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, "-m", "coursekit.release", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=nb.ROOT, env=env)
+def command(*args):
+    return [sys.executable, "-m", "coursekit.release", *map(str, args)]
+
+
+def cli(*args):
+    return subprocess.run(command(*args), capture_output=True, text=True, timeout=60, cwd=nb.ROOT)
 
 
 # --------------------------------------------------------------------------- student release
@@ -117,34 +122,90 @@ def replace_cell(notebook, marker, source):
     return notebook
 
 
+class ClassGrading:
+    """The grade command on a class of four, running in the background: ann (solutions),
+    bob (untouched stubs), cat (a notebook that starts a cluster and loops forever; one with
+    a syntax error), dan (one exercise missing). ``result()`` waits for it."""
+
+    def __init__(self, root):
+        exercises, subs, self.scratch = root / "exercises", root / "submissions", root / "tmp"
+        self.scratch.mkdir()
+        self.pids = root / "pids.txt"
+        for name in EXERCISES:
+            write(nbformat.read(nb.ROOT / "exercises" / f"{name}.ipynb", as_version=4), exercises / f"{name}.ipynb")
+            write(solution(name), subs / "ann" / f"{name}.ipynb")
+            write(nbformat.read(nb.ROOT / "exercises" / f"{name}.ipynb", as_version=4), subs / "bob" / f"{name}.ipynb")
+        looping = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            "import os\nfrom coursekit import cluster\nc = cluster.start(n=2)\n"
+            f"open({str(self.pids)!r}, 'w').write(' '.join(map(str, [os.getpid(), *c.client[:].apply_sync(os.getpid)])))\n"
+            "while True:\n    pass")])
+        write(looping, subs / "cat" / "00_latency_bandwidth.ipynb")
+        write(replace_cell(solution("02_collectives"), "def ring_allreduce", "def ring_allreduce(comm, x):\n    return x +"),
+              subs / "cat" / "02_collectives.ipynb")
+        write(solution("02_collectives"), subs / "dan" / "02_collectives.ipynb")
+        (subs / ".ipynb_checkpoints").mkdir()  # not a student
+        self.out, self.stderr = root / "gradebook.csv", root / "stderr.txt"
+        with open(self.stderr, "w") as stderr:
+            self.process = subprocess.Popen(
+                command("grade", subs, "--exercises", exercises, "--out", self.out, "--timeout", TIMEOUT_S),
+                cwd=nb.ROOT, env={**os.environ, "TMPDIR": str(self.scratch)}, stdout=subprocess.DEVNULL,
+                stderr=stderr)
+
+    def result(self):
+        """(gradebook rows, the kernels' TMPDIR, the file where cat's notebook wrote its pids)."""
+        assert self.process.wait(timeout=600) == 0, self.stderr.read_text()
+        with open(self.out, newline="") as stream:
+            rows = list(csv.DictReader(stream))
+        return rows, self.scratch, self.pids
+
+    def stop(self):
+        """End the command and every kernel or engine of its notebooks (a run cut short)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        end_processes(started_under(self.scratch))
+
+
+def started_under(scratch):
+    """Every process whose IPYTHONDIR lies in ``scratch`` (the graded kernels and engines)."""
+    return [p for p in psutil.process_iter(["environ"])
+            if str((p.info["environ"] or {}).get("IPYTHONDIR", "")).startswith(str(scratch))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def grading(request, tmp_path_factory):
+    """Start grading the class as this module's first test starts, if a selected test reads
+    the gradebook: the command takes ~30 s, 20 of them waiting out cat's loop, and this
+    module's other tests run meanwhile."""
+    if not any("graded" in item.fixturenames for item in request.session.items):
+        yield None
+        return
+    run = ClassGrading(tmp_path_factory.mktemp("grading"))
+    yield run
+    run.stop()
+
+
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade a class of four: ann (solutions), bob (untouched stubs), cat (a notebook that
-    starts a cluster and loops forever; one with a syntax error), dan (one exercise missing)."""
-    root = tmp_path_factory.mktemp("grading")
-    exercises, subs, scratch = root / "exercises", root / "submissions", root / "tmp"
-    scratch.mkdir()
-    pids = root / "pids.txt"
-    for name in EXERCISES:
-        write(nbformat.read(nb.ROOT / "exercises" / f"{name}.ipynb", as_version=4), exercises / f"{name}.ipynb")
-        write(solution(name), subs / "ann" / f"{name}.ipynb")
-        write(nbformat.read(nb.ROOT / "exercises" / f"{name}.ipynb", as_version=4), subs / "bob" / f"{name}.ipynb")
-    looping = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import os\nfrom coursekit import cluster\nc = cluster.start(n=2)\n"
-        f"open({str(pids)!r}, 'w').write(' '.join(map(str, [os.getpid(), *c.client[:].apply_sync(os.getpid)])))\n"
-        "while True:\n    pass")])
-    write(looping, subs / "cat" / "00_latency_bandwidth.ipynb")
-    write(replace_cell(solution("02_collectives"), "def ring_allreduce", "def ring_allreduce(comm, x):\n    return x +"),
-          subs / "cat" / "02_collectives.ipynb")
-    write(solution("02_collectives"), subs / "dan" / "02_collectives.ipynb")
-    (subs / ".ipynb_checkpoints").mkdir()  # not a student
-    out = root / "gradebook.csv"
-    result = cli("grade", subs, "--exercises", exercises, "--out", out, "--timeout", TIMEOUT_S,
-                 env={**os.environ, "TMPDIR": str(scratch)}, timeout=600)
-    assert result.returncode == 0, result.stderr
-    with open(out, newline="") as stream:
-        rows = list(csv.DictReader(stream))
-    return rows, scratch, pids
+def graded(grading):
+    return grading.result()
+
+
+@pytest.mark.slow  # the grade command, three times, in its own process
+def test_grade_rejects_bad_input_with_a_clear_error(tmp_path):
+    result = cli("grade", tmp_path / "nope", "--out", tmp_path / "g.csv")
+    assert result.returncode == 2 and "is not a folder" in result.stderr
+    result = cli("grade", tmp_path, "--out", tmp_path / "g.csv")
+    assert result.returncode == 2 and "has no student folders" in result.stderr
+    (tmp_path / "ann").mkdir()
+    result = cli("grade", tmp_path, "--out", tmp_path / "g.csv", "--timeout", "0")
+    assert result.returncode == 2 and "timeout must be a positive" in result.stderr
+
+
+def test_expected_checks_are_the_grading_functions_the_exercise_calls():
+    exercise = nbformat.read(nb.ROOT / "exercises" / "02_collectives.ipynb", as_version=4)
+    from coursekit.gradebook import expected_checks
+
+    assert expected_checks(exercise) == ["check_binomial_bcast", "check_ring_allreduce"]
 
 
 # `graded` runs the class's notebooks in kernels; one of them starts a 2-engine cluster
@@ -178,25 +239,5 @@ def test_a_timed_out_notebook_leaves_no_kernel_or_cluster(graded):
     assert len(started) == 3, "the looping notebook should have started a kernel and 2 engines"
     alive = [p for p in started if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert alive == []
-    leftovers = [p for p in psutil.process_iter(["environ"])
-                 if str((p.info["environ"] or {}).get("IPYTHONDIR", "")).startswith(str(scratch))]
-    assert leftovers == []
+    assert started_under(scratch) == []
     assert list(scratch.iterdir()) == []  # every private IPYTHONDIR was removed
-
-
-@pytest.mark.slow  # the grade command, three times, in its own process
-def test_grade_rejects_bad_input_with_a_clear_error(tmp_path):
-    result = cli("grade", tmp_path / "nope", "--out", tmp_path / "g.csv")
-    assert result.returncode == 2 and "is not a folder" in result.stderr
-    result = cli("grade", tmp_path, "--out", tmp_path / "g.csv")
-    assert result.returncode == 2 and "has no student folders" in result.stderr
-    (tmp_path / "ann").mkdir()
-    result = cli("grade", tmp_path, "--out", tmp_path / "g.csv", "--timeout", "0")
-    assert result.returncode == 2 and "timeout must be a positive" in result.stderr
-
-
-def test_expected_checks_are_the_grading_functions_the_exercise_calls():
-    exercise = nbformat.read(nb.ROOT / "exercises" / "02_collectives.ipynb", as_version=4)
-    from coursekit.gradebook import expected_checks
-
-    assert expected_checks(exercise) == ["check_binomial_bcast", "check_ring_allreduce"]
