@@ -11,7 +11,7 @@
 Experiments and notebooks start work on ranks with a runner (:mod:`coursekit.runner`), which
 gives ``fn`` a Comm of the ranks it asked for. :func:`call_with_comm` hands ``fn`` the
 engine's own comm through ``cluster.run``: for the tests of the transport itself (its
-addresses, its trace, what a reset drops) and the preflight check.
+addresses, its trace, what a reset drops, how an engine's death is reported).
 
 ZMQ setup is the two-phase protocol of ``coursekit.comm.zmq``: one ``c.run`` binds on
 every engine and returns the addresses in rank order, a second one connects every engine
