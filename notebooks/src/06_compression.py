@@ -230,7 +230,8 @@ t_compress, t_decompress = np.array([codec_seconds(C.TopK(0.01), int(n)) for n i
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-links = {"this machine (loopback ZMQ)": (alpha, beta),
+MEASURED = "this machine (fitted above)"
+links = {MEASURED: (alpha, beta),
          "10 Gb/s Ethernet": (20e-6, 1 / 1.25e9),
          "InfiniBand / NVLink, 100 GB/s": (2e-6, 1 / 100e9)}
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained", sharey=True)
@@ -253,7 +254,8 @@ for name in links:
     at_16mb = {p: curves[p, name][-1] for p in (4, 64)}
     print(f"{name:32s} speedup at 16 MB: p=4 {at_16mb[4]:#.2g}x, p=64 {at_16mb[64]:#.2g}x; "
           f"up to 16 KiB at most {max(curves[p, name][small].max() for p in (4, 64)):#.2g}x")
-    assert at_16mb[64] < at_16mb[4]  # the text below says so
+    if name != MEASURED:  # the measured link may go either way: the text below says why
+        assert at_16mb[64] < at_16mb[4], (name, at_16mb)
     assert all(curves[p, name][small].max() <= 2.05 for p in (4, 64))
 
 # %% [markdown]
@@ -265,7 +267,11 @@ for name in links:
 #   decoding them on a CPU; a GPU codec moves this line, it does not remove it.
 # * **Many workers**: the allgathered payload grows with p (p · 8k bytes against the
 #   allreduce's 2n), and every rank decodes p payloads, so for a large gradient top-k 1%
-#   does worse at 64 workers than at 4 on every link (at 16 MB: printed under the plot).
+#   does worse at 64 workers than at 4 on Ethernet and on InfiniBand (at 16 MB: printed
+#   under the plot). Latency pulls the other way: the ring allreduce pays 2(p-1) latencies,
+#   the allgather p-1, so on a link whose $\alpha$ is large against its $n\beta$ more
+#   workers can favour top-k. Which way this machine's fitted link goes depends on the fit
+#   (an engine descheduled during the ping-pong inflates $\alpha$): read its printed line.
 #   At small sizes (up to 16 KiB) both gain at most about 2x, and not from the bytes: the
 #   allgather pays (p-1) latencies, the ring allreduce 2(p-1) (printed under the plot).
 #
