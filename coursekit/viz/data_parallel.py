@@ -24,6 +24,14 @@ def _figure(fig, width, height):
     return fig if fig is not None else plt.figure(figsize=(width, height))
 
 
+def _finish(fig, *legend_axes):
+    """Legends outside ``legend_axes``, the layout tightened: the figure, ready to return."""
+    for ax in legend_axes:
+        legend_outside(ax)
+    fig.tight_layout()
+    return fig
+
+
 def _idle_first(spans) -> list:
     """Waiting ("idle") spans first, so the bars drawn after them show on top."""
     return sorted(spans, key=lambda s: s.kind != "idle")
@@ -54,8 +62,7 @@ def plot_run(result, fig=None):
     ax_loss.set_title(f"{cfg.exchange} on {result.n_workers} workers, B={cfg.batch_size}",
                       fontsize="medium")
     plot_timeline_of(result, ax=ax_tl, title=f"last {cfg.timeline_steps} steps")
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def plot_exchange_sweep(sweep, fig=None):
@@ -76,9 +83,7 @@ def plot_exchange_sweep(sweep, fig=None):
     ax_b.set(xlabel="workers N", ylabel="busiest rank's traffic [MB / step]")
     ax_t.set_xticks(sweep.workers)
     ax_b.set_xticks(sweep.workers)
-    legend_outside(ax_b)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax_b)
 
 
 def plot_lr_grid(grid, fig=None):
@@ -90,9 +95,7 @@ def plot_lr_grid(grid, fig=None):
     ax.set(xlabel=f"workers N (global batch = {grid.per_worker_batch} N)",
            ylabel="test accuracy", xscale="log")
     ax.set_xticks(grid.workers, [str(w) for w in grid.workers])
-    legend_outside(ax)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def plot_straggler(sweep, fig=None):
@@ -106,9 +109,7 @@ def plot_straggler(sweep, fig=None):
     ax.plot(sweep.factors, sweep.others_compute * 1e3, "^:", color=color("compute"), mfc="none",
             label="others' compute")
     ax.set(xlabel="straggler slow factor [x]", ylabel="time per step [ms]")
-    legend_outside(ax)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def plot_scaling(s, fig=None):
@@ -122,15 +123,12 @@ def plot_scaling(s, fig=None):
     ax_t.plot(x, s.predicted_step * 1e3, "D", color=color("predicted"), label="predicted step")
     ax_t.set_xticks(x, [str(w) for w in s.workers])
     ax_t.set(xlabel="workers N", ylabel="time per step [ms]")
-    legend_outside(ax_t)
     ax_e.plot(s.workers, s.efficiency, "o-", color=color("measured"), label="measured")
     ax_e.plot(s.workers, s.predicted_efficiency, "D--", color=color("predicted"),
               label="cost model")
     ax_e.set(xlabel="workers N", ylabel="weak-scaling efficiency T1/TN", ylim=(0, 1.1))
     ax_e.set_xticks(s.workers)
-    legend_outside(ax_e)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax_t, ax_e)
 
 
 def live_loss(data) -> np.ndarray:
