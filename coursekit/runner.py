@@ -86,6 +86,16 @@ class Runner:
         return checks.integer(ranks, "ranks", at_least=1, at_most=self.size,
                               hint=f" ({self.describe()} has {self.size})")
 
+    def check_workers(self, workers) -> int:
+        """An experiment's ``workers=``: how many of this runner's ranks it runs on (None:
+        all of them); TypeError unless an int, ValueError unless 1 <= workers <= size."""
+        if workers is None:
+            return self.size
+        n = checks.integer(workers, "workers", at_least=1, hint=" (the number of workers)")
+        if n > self.size:
+            raise ValueError(f"workers={n} but {self.describe()} has {self.size} ranks")
+        return n
+
     def describe(self) -> str:
         raise NotImplementedError
 

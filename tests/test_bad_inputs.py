@@ -27,6 +27,7 @@ from hypothesis import given, settings, strategies as st
 
 import coursekit
 from coursekit import collectives as C, costmodel
+from coursekit.collectives.timing import TimingConfig, measure_and_predict
 from coursekit.comm import run_local
 from coursekit.data import load_digits, make_classification, make_regression, minibatches, shard
 from coursekit.nn import LARS, MLP, SGD, Momentum, gradcheck, train
@@ -55,6 +56,7 @@ NAN, INF = float("nan"), float("inf")
 SEED = "int seed >= 0|integer >= 0|: must be >= 0"
 """What a message about a seed must say is allowed."""
 THREADS = LocalRunner(4)
+LINK = costmodel.LinkFit(1e-5, 1e-9)
 X4 = np.ones((6, 4), np.float32)
 Y4 = np.arange(6) % 2
 
@@ -326,6 +328,14 @@ CHAPTER_2 = [
     bad(costmodel.fit, [8, -16], [1.0, 2.0], names="sizes", allowed=">= 0"),
     bad(costmodel.busbw, "allsum", 4, 10, 1.0, names="collective", allowed="allgather"),
     bad(costmodel.busbw, "allreduce", 0, 10, 1.0, names="p", allowed=">= 1"),
+    bad(TimingConfig, "allsum", "ring", [64], names="collective", allowed="'allgather'"),
+    bad(TimingConfig, "bcast", "ring", [64], names="bcast algorithm", allowed="'binomial'"),
+    bad(TimingConfig, "allreduce", "ring", [64.0], names="sizes", allowed="integer >= 1"),
+    bad(TimingConfig, "allreduce", "ring", [64], repeats=0, names="repeats", allowed=">= 1"),
+    bad(measure_and_predict, THREADS, TimingConfig("allreduce", "ring", [64]), LINK, workers=5,
+        names="workers=5", allowed="has 4 ranks"),
+    bad(measure_and_predict, THREADS, TimingConfig("allreduce", "ring", [64]), 1e-9,
+        names="link", allowed="LinkFit"),
 ]
 
 

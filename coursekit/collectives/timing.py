@@ -2,7 +2,12 @@
 
 :func:`time_collective` runs on every rank (a ThreadComm rank, an engine, an MPI rank);
 :func:`measure_and_predict` drives it on the first p ranks of a runner (:mod:`coursekit.runner`:
-``LocalRunner(4)`` for ThreadComm ranks, ``ClusterRunner(cluster)`` for engines).
+``LocalRunner(4)`` for ThreadComm ranks, ``ClusterRunner(cluster)`` for engines), in the
+shape of every chapter's experiment, a runner, then the config, then what it runs on::
+
+    measure_and_predict(runner, TimingConfig("allreduce", "ring", sizes), link, workers=p)
+
+where ``link`` is the fitted link the prediction uses (``measure.link(runner)``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import costmodel
+from .. import checks, costmodel
+from ..runner import Runner
 from . import ALGORITHMS, FUNCTIONS
 
 _ROOTED = ("bcast", "scatter", "gather", "reduce")
@@ -45,16 +51,53 @@ def time_collective(comm, collective: str, algorithm: str, nbytes: int, repeats:
     return times
 
 
+def _one_of(value, name: str, what: str, allowed: list) -> None:
+    """TypeError unless ``value`` is a str, ValueError unless it is in ``allowed``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str; got {type(value).__name__} {value!r:.60}; "
+                        f"allowed: {allowed}")
+    if value not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """What :func:`measure_and_predict` times: ``collective`` with ``algorithm`` (one of
+    ``ALGORITHMS[collective]``) at each message size in ``sizes`` (bytes, as
+    :func:`coursekit.costmodel.predict` counts them: the whole vector), ``repeats`` calls
+    per size (the best one counts)."""
+
+    collective: str
+    algorithm: str
+    sizes: tuple
+    repeats: int = 5
+
+    def __post_init__(self):
+        _one_of(self.collective, "collective", "collective", list(ALGORITHMS))
+        _one_of(self.algorithm, "algorithm", f"{self.collective} algorithm",
+                list(ALGORITHMS[self.collective]))
+        if isinstance(self.sizes, (str, bytes)) or not np.iterable(self.sizes):
+            raise TypeError(f"sizes must be a sequence of message sizes in bytes (integers "
+                            f">= 1); got {self.sizes!r:.60}")
+        sizes = tuple(checks.integer(s, "sizes", at_least=1, hint=" (message sizes in bytes)")
+                      for s in self.sizes)
+        if not sizes:
+            raise ValueError("sizes is empty: give at least one message size in bytes")
+        object.__setattr__(self, "sizes", sizes)
+        checks.integer(self.repeats, "repeats", at_least=1)
+
+
 @dataclass(frozen=True)
 class CollectiveTiming:
     """Measured vs predicted time and busbw of one collective over message sizes.
 
+    ``config``: what was timed; ``p``: on how many ranks; ``nbytes``: the sizes actually
+    sent (rounded to whole float32 items, and for gather/allgather to p equal parts);
     ``measured``: best over repeats of the slowest rank's time, in s; ``predicted`` from
-    the cost model with the given alpha and beta; busbw in B/s (nccl-tests definition).
+    the cost model with the link's alpha and beta; busbw in B/s (nccl-tests definition).
     """
 
-    collective: str
-    algorithm: str
+    config: TimingConfig
     p: int
     nbytes: np.ndarray
     measured: np.ndarray
@@ -62,22 +105,47 @@ class CollectiveTiming:
     busbw_measured: np.ndarray
     busbw_predicted: np.ndarray
 
+    @property
+    def collective(self) -> str:
+        return self.config.collective
 
-def measure_and_predict(runner, p: int, collective: str, algorithm: str, sizes, alpha: float,
-                        beta: float, repeats: int = 5) -> CollectiveTiming:
-    """Time ``collective``/``algorithm`` at each size on the first ``p`` ranks of ``runner``
-    (:mod:`coursekit.runner`) and predict it."""
-    if algorithm not in ALGORITHMS.get(collective, ()):
-        raise ValueError(f"unknown {collective} algorithm {algorithm!r}; allowed: "
-                         f"{list(ALGORITHMS.get(collective, ()))}")
-    sizes = np.asarray(sizes, dtype=np.int64)
-    nbytes = np.array([4 * max(int(s) // 4 // (p if collective in _SHARED else 1), 1)
-                       * (p if collective in _SHARED else 1) for s in sizes])
+    @property
+    def algorithm(self) -> str:
+        return self.config.algorithm
+
+
+def check_link(link) -> tuple[float, float]:
+    """``(link.alpha, link.beta)``: finite numbers, or a TypeError / ValueError saying what
+    a link is."""
+    if not (hasattr(link, "alpha") and hasattr(link, "beta")):
+        raise TypeError(f"link must have .alpha (s) and .beta (s/B): a measure.link(...) result "
+                        f"or costmodel.LinkFit(alpha, beta); got {type(link).__name__} "
+                        f"{link!r:.60}")
+    return checks.real(link.alpha, "link.alpha"), checks.real(link.beta, "link.beta")
+
+
+def measure_and_predict(runner: Runner, config: TimingConfig, link, *,
+                        workers: int | None = None) -> CollectiveTiming:
+    """Time ``config``'s collective at each of its sizes on the first ``workers`` ranks of
+    ``runner`` (default all of them): a :class:`~coursekit.runner.LocalRunner` (ThreadComm
+    ranks) or a :class:`~coursekit.runner.ClusterRunner` (engines, after ``setup_comm``).
+
+    ``link``: the fitted link the prediction uses, anything with ``.alpha`` (s) and
+    ``.beta`` (s/B): :func:`coursekit.measure.link`'s result or
+    :class:`coursekit.costmodel.LinkFit`. Every argument is checked before any rank starts.
+    """
+    checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
+    checks.instance(config, "config", TimingConfig)
+    alpha, beta = check_link(link)
+    p = runner.check_workers(workers)
+    shared = p if config.collective in _SHARED else 1
+    nbytes = np.array([4 * max(s // 4 // shared, 1) * shared for s in config.sizes])
+    predicted = costmodel.predict(config.collective, config.algorithm, p, nbytes, alpha, beta)
     measured = np.array([
-        np.max(np.stack(runner.run(time_collective, collective, algorithm, int(n), repeats,
-                                   ranks=p)), axis=0).min()
+        np.max(np.stack(runner.run(time_collective, config.collective, config.algorithm, int(n),
+                                   config.repeats, ranks=p)), axis=0).min()
         for n in nbytes])
-    predicted = costmodel.predict(collective, algorithm, p, nbytes, alpha, beta)
-    return CollectiveTiming(collective, algorithm, p, nbytes, measured, predicted,
-                            costmodel.busbw(collective, p, nbytes, measured),
-                            costmodel.busbw(collective, p, nbytes, np.maximum(predicted, 1e-12)))
+    return CollectiveTiming(config, p, nbytes, measured, predicted,
+                            costmodel.busbw(config.collective, p, nbytes, measured),
+                            costmodel.busbw(config.collective, p, nbytes,
+                                            np.maximum(predicted, 1e-12)))

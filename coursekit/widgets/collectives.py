@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from coursekit import costmodel
 from coursekit.collectives import ALGORITHMS, DEFAULT_ALGORITHM
-from coursekit.collectives.timing import measure_and_predict
+from coursekit.collectives.timing import TimingConfig, measure_and_predict
 from coursekit.viz import byte_label
 from coursekit.viz.collectives import plot_timing
 from coursekit.widgets.panel import Panel, png, run_target, size_limit
@@ -27,7 +28,9 @@ class CollectivesPanel(Panel):
     """Controls: collective, algorithm, number of ranks, largest message size; a Run button.
 
     ``max_ranks``: the largest p offered (None: the runner's or cluster's size). ``alpha`` (s) and
-    ``beta`` (s/B) are the fitted link parameters used for predictions; the latest
+    ``beta`` (s/B) are the fitted link parameters used for predictions (``experiment``, the
+    :func:`~coursekit.collectives.timing.measure_and_predict` it calls, gets them as a
+    :class:`~coursekit.costmodel.LinkFit`); the latest
     :class:`~coursekit.collectives.timing.CollectiveTiming` is ``panel.result``.
     ``panel_options`` (``cluster`` or ``runner``, ``restart``, ``prepare``) go to
     :class:`Panel`.
@@ -58,10 +61,10 @@ class CollectivesPanel(Panel):
 
     def compute(self):
         """Measure with the current settings."""
-        p = self.ranks.value
         sizes = [s for s in SIZES if s <= self.size.value]
-        return self.experiment(self.runner(), p, self.collective.value, self.algorithm.value,
-                               sizes, self.alpha, self.beta, repeats=self.repeats)
+        config = TimingConfig(self.collective.value, self.algorithm.value, sizes, self.repeats)
+        return self.experiment(self.runner(), config, costmodel.LinkFit(self.alpha, self.beta),
+                               workers=self.ranks.value)
 
     def show(self, r) -> None:
         self.say(f"largest: {r.measured[-1] * 1e3:.3g} ms measured, "

@@ -159,9 +159,10 @@ measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
 from coursekit.collectives import timing
 
 check_sizes = [4096, 65536, 1 << 20, 1 << 22]
-timings = {alg: timing.measure_and_predict(engines, c.size, "allreduce", alg, check_sizes,
-                                           exchange_link.alpha, exchange_link.beta)
-           for alg in ("ring", "recursive_doubling", "reduce_bcast")}
+timings = {}
+for alg in ("ring", "recursive_doubling", "reduce_bcast"):  # on every engine (workers=None: all)
+    config = timing.TimingConfig("allreduce", alg, check_sizes)
+    timings[alg] = timing.measure_and_predict(engines, config, exchange_link)
 busy_link = measure.link(engines, "ring", sizes)  # all engines at once: a ring step
 gamma = measure.gamma(engines)  # seconds per byte of a += b, on every engine at once
 print(f"link with all {c.size} engines exchanging at once (a ring step): alpha ~ {busy_link.alpha * 1e6:.0f} us, "

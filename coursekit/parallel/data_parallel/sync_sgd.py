@@ -204,9 +204,7 @@ def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: in
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     check_may_kill(runner, config.crash_rank is not None, "crash_rank (a data-parallel "
                    "crash ends its engine process)")
-    n = config.check_workers(runner.size if workers is None else workers)
-    if n > runner.size:
-        raise ValueError(f"workers={n} but {runner.describe()} has {runner.size} ranks")
+    n = config.check_workers(runner.check_workers(workers))
     if not isinstance(data, (str, os.PathLike)):  # a path is opened where the ranks run
         as_source(data)  # bad data fails here, with its TypeError or ValueError
     check_gradient_sum(config, gradient_sum)
