@@ -266,7 +266,7 @@ Xp, yp = digits.X_train[:256], digits.y_train[:256]
 sched = schedule("1f1b", c.size, 8)
 
 
-kept, again = (run_pipeline(engines, sched, pipe_mlp, Xp, yp, recompute=flag)
+kept, again = (run_pipeline(engines, sched, (Xp, yp), mlp=pipe_mlp, recompute=flag)
                for flag in (False, True))
 for rank in range(c.size):
     print(f"rank {rank}: peak activations {kept.peak_activation_bytes[rank] / 1e3:6.0f} kB -> "

@@ -151,5 +151,5 @@ digits = load_digits()
 X, y = digits.X_train[:256].astype(np.float64), digits.y_train[:256]
 mlp = MLP([64, 128, 128, 128, 10], dtype=np.float64, seed=0)  # 4 layers: one per rank
 _, serial_grad = mlp.loss_and_grad(X, y)
-run = run_pipeline(LocalRunner(4), as_schedule("your 1F1B", one_f_one_b(4, 8), 8), mlp, X, y)
+run = run_pipeline(LocalRunner(4), as_schedule("your 1F1B", one_f_one_b(4, 8), 8), (X, y), mlp=mlp)
 np.allclose(run.grad, serial_grad)

@@ -215,13 +215,26 @@ def combine_ranks(results: list[StepResult]) -> PipelineRun:
                        [r.layer_forwards for r in results])
 
 
-def run_pipeline(runner, schedule: Schedule, mlp, X, y, *, recompute: bool = False,
+def run_pipeline(runner, schedule: Schedule, data, *, mlp, recompute: bool = False,
                  timeout: float | None = None) -> PipelineRun:
-    """:func:`execute` on the first ``schedule.stages`` ranks of ``runner`` (ThreadComm ranks
-    or a cluster's engines, :mod:`coursekit.runner`), gathered into one :class:`PipelineRun`."""
+    """One pipelined training step: :func:`execute` on the first ``schedule.stages`` ranks
+    of ``runner`` (ThreadComm ranks or a cluster's engines, :mod:`coursekit.runner`),
+    gathered into one :class:`PipelineRun`.
+
+    Every chapter's experiment shape, a runner, then the config, then the data: the
+    (validated) ``schedule`` is the config, ``data`` the batch as an ``(X, y)`` pair,
+    ``mlp`` the model whose stages the ranks hold. ``recompute``: activation
+    recomputation (see the module doc). Everything is checked before any rank starts.
+    """
     from coursekit.runner import Runner
 
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
+    if not (isinstance(data, tuple) and len(data) == 2):
+        raise TypeError(f"data must be the batch as an (X, y) pair; got {type(data).__name__}")
+    X, y = data
     check_step(schedule, mlp, X, y, recompute)  # before any rank starts
+    if schedule.stages > runner.size:
+        raise ValueError(f"the schedule has {schedule.stages} ranks but {runner.describe()} has "
+                         f"{runner.size}; allowed: schedules of at most {runner.size} ranks")
     return combine_ranks(runner.run(execute, schedule, mlp, X, y, recompute=recompute,
-                             ranks=schedule.stages, timeout=timeout))
+                                    ranks=schedule.stages, timeout=timeout))

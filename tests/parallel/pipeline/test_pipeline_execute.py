@@ -26,7 +26,7 @@ def test_pipelined_step_equals_serial_gradient(name, p, m, v, activation, loss):
     mlp = MLP([6, 7, 8, 7, 8, 7, 8, 7, 5], activation, loss, dtype=np.float64, seed=3)  # 8 layers
     X, y = batch()
     want_loss, want = mlp.loss_and_grad(X, y)
-    run = run_pipeline(THREADS, schedule(name, p, m, chunks=v), mlp, X, y)
+    run = run_pipeline(THREADS, schedule(name, p, m, chunks=v), (X, y), mlp=mlp)
     assert run.loss == pytest.approx(want_loss, rel=1e-12)
     np.testing.assert_allclose(run.grad, want, rtol=1e-10, atol=1e-13)
 
@@ -40,7 +40,8 @@ def test_a_schedule_mixing_full_and_split_backwards_equals_serial(recompute):
     p, m = 2, 4
     compute = [[I(a.stage, a.mb) if a.kind == "B" and a.mb % 2 else a for a in schedule("1f1b", p, m).compute(r)]
                + [W(r, i) for i in range(1, m, 2)] for r in range(p)]
-    run = run_pipeline(THREADS, Schedule.from_compute("mixed", compute, m), mlp, X, y, recompute=recompute)
+    run = run_pipeline(THREADS, Schedule.from_compute("mixed", compute, m), (X, y), mlp=mlp,
+                       recompute=recompute)
     want_loss, want = mlp.loss_and_grad(X, y)
     assert run.loss == pytest.approx(want_loss, rel=1e-12)
     np.testing.assert_allclose(run.grad, want, rtol=1e-10, atol=1e-13)
@@ -62,7 +63,7 @@ def test_measured_timeline_follows_the_schedule(name, p, m, v):
     mlp = MLP([6, 8, 8, 8, 8, 8, 8, 8, 5], dtype=np.float64, seed=0)
     X, y = batch()
     sched = schedule(name, p, m, chunks=v)
-    run = run_pipeline(THREADS, sched, mlp, X, y)
+    run = run_pipeline(THREADS, sched, (X, y), mlp=mlp)
     assert min(s.start for spans in run.timeline for s in spans) == 0.0
     for r, spans in enumerate(run.timeline):
         assert [s.action for s in spans] == sched.compute(r)
@@ -81,7 +82,7 @@ def test_gather_adds_disjoint_parts():
 def test_float32_model_runs_in_float32():
     mlp = MLP([6, 8, 5], seed=0)
     X, y = batch()
-    run = run_pipeline(THREADS, schedule("1f1b", 2, 4), mlp, X, y)
+    run = run_pipeline(THREADS, schedule("1f1b", 2, 4), (X, y), mlp=mlp)
     assert run.grad.dtype == np.float32
     np.testing.assert_allclose(run.grad, mlp.loss_and_grad(X, y)[1], rtol=1e-4, atol=1e-6)
 
@@ -91,7 +92,8 @@ def test_recomputation_gives_the_same_gradient_for_less_memory_and_one_more_forw
     mlp = MLP([6, 7, 8, 7, 8, 7, 8, 7, 5], dtype=np.float64, seed=3)  # 8 layers
     X, y = batch()
     sched = schedule(name, p, m, chunks=v)
-    kept, again = run_pipeline(THREADS, sched, mlp, X, y), run_pipeline(THREADS, sched, mlp, X, y, recompute=True)
+    kept = run_pipeline(THREADS, sched, (X, y), mlp=mlp)
+    again = run_pipeline(THREADS, sched, (X, y), mlp=mlp, recompute=True)
     np.testing.assert_array_equal(again.grad, kept.grad)  # the same numbers, bit for bit
     assert again.loss == kept.loss
     layers_per_rank = 8 // p
@@ -110,8 +112,8 @@ def test_recomputation_memory_follows_the_formula_for_gpipe():
     mlp = MLP(widths, dtype=np.float64, seed=3)
     X, y = batch(n=16)
     sched = schedule("gpipe", 1, 4)
-    kept = run_pipeline(THREADS, sched, mlp, X, y).peak_activation_bytes[0]
-    again = run_pipeline(THREADS, sched, mlp, X, y, recompute=True).peak_activation_bytes[0]
+    kept = run_pipeline(THREADS, sched, (X, y), mlp=mlp).peak_activation_bytes[0]
+    again = run_pipeline(THREADS, sched, (X, y), mlp=mlp, recompute=True).peak_activation_bytes[0]
     assert kept == 16 * sum(widths) * 8
     assert again == 16 * widths[0] * 8 + 4 * sum(widths[1:]) * 8
 
@@ -119,4 +121,22 @@ def test_recomputation_memory_follows_the_formula_for_gpipe():
 def test_recompute_must_be_a_bool():
     mlp = MLP([6, 8, 5], dtype=np.float64, seed=0)
     with pytest.raises(TypeError, match="recompute must be True or False"):
-        run_pipeline(THREADS, schedule("gpipe", 1, 2), mlp, *batch(), recompute="yes")
+        run_pipeline(THREADS, schedule("gpipe", 1, 2), batch(), mlp=mlp, recompute="yes")
+
+
+def never_called(*args, **kwargs):
+    raise AssertionError("a rank started before the arguments were checked")
+
+
+@pytest.mark.parametrize("runner_size, data, error, message", [
+    (1, batch(), ValueError, r"the schedule has 2 ranks but LocalRunner\(1\) has 1"),
+    (2, list(batch()), TypeError, r"data must be the batch as an \(X, y\) pair"),
+    (2, batch()[0], TypeError, r"data must be the batch as an \(X, y\) pair"),
+    (2, (batch()[0][:1], batch()[1][:1]), ValueError, "fewer than the 2 micro-batches"),
+])
+def test_bad_arguments_are_refused_before_any_rank_runs(monkeypatch, runner_size, data, error,
+                                                        message):
+    runner = LocalRunner(runner_size)
+    monkeypatch.setattr(runner, "run", never_called)
+    with pytest.raises(error, match=message):
+        run_pipeline(runner, schedule("gpipe", 2, 2), data, mlp=MLP([6, 8, 5], seed=0))
