@@ -143,3 +143,17 @@ def test_a_rank_allowed_to_die_yields_none_and_one_not_allowed_fails_the_run(sta
         else:
             with pytest.raises(RankFailure, match="rank 1: EngineError: its engine process died"):
                 runner.run(kill_self)
+
+
+@pytest.mark.parametrize("workers, error, message", [
+    (5, ValueError, r"workers=5 but LocalRunner\(4\) has 4 ranks"),
+    (0, ValueError, r"workers=0: must be >= 1 \(the number of workers\)"),
+    (True, TypeError, r"workers must be an integer >= 1"),
+])
+def test_check_workers_refuses_what_the_runner_cannot_run(workers, error, message):
+    with pytest.raises(error, match=message):
+        LocalRunner(4).check_workers(workers)
+
+
+def test_check_workers_defaults_to_every_rank():
+    assert LocalRunner(3).check_workers(None) == 3 and LocalRunner(3).check_workers(2) == 2

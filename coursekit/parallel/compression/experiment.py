@@ -224,8 +224,8 @@ def train(runner: Runner, config: CompressionConfig, data=None, *, workers: int 
     """
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     checks.instance(config, "config", CompressionConfig)
+    p = runner.check_workers(workers)  # before loading the data: a bad value fails at once
     data = load_digits() if data is None else checks.instance(data, "data", Dataset)
-    p = runner.check_workers(workers)
     dp = dp_config(config, data, p)
     hook = GradientSum(config, exchanger, dp.eval_every)
     run = data_parallel.train(runner, dp, (data.X_train, data.y_train),

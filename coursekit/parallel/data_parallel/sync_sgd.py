@@ -204,7 +204,7 @@ def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: in
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     check_may_kill(runner, config.crash_rank is not None, "crash_rank (a data-parallel "
                    "crash ends its engine process)")
-    n = config.check_workers(runner.check_workers(workers))
+    n = runner.check_workers(config.check_workers(runner.size if workers is None else workers))
     if not isinstance(data, (str, os.PathLike)):  # a path is opened where the ranks run
         as_source(data)  # bad data fails here, with its TypeError or ValueError
     check_gradient_sum(config, gradient_sum)
