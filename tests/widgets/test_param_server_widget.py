@@ -13,8 +13,8 @@ BASE = PSConfig(steps=30, eval_every=5, worker_timeout=2.0)
 
 def test_live_progress_reaches_the_notebook_side():
     seen = []
-    config = PSConfig(model="asp", n_workers=2, steps=40, eval_every=5, jitter=0.002)
-    result = train(LocalRunner(3), config, on_update=seen.append)
+    config = PSConfig(model="asp", steps=40, eval_every=5, jitter=0.002)
+    result = train(LocalRunner(3), config, workers=2, on_update=seen.append)
     assert seen, "on_update was never called"
     last = seen[-1]
     assert last[0] == {} and [d["worker"] for d in last[1:]] == [0, 1]  # the shard publishes nothing
