@@ -3,11 +3,11 @@
 Thin by design: Run builds a :class:`~coursekit.parallel.param_server.config.PSConfig` and a
 :class:`~coursekit.parallel.param_server.protocol.PSTopology` (the workers and server shards)
 from the controls, runs them with :func:`~coursekit.parallel.param_server.train` on the panel's
-runner (its cluster's engines, or a ``runner=LocalRunner(n)``) and follows the workers' live progress
-(:mod:`coursekit.live`): the accuracy curves grow while
-the run goes. At the end it draws accuracy against wall-clock time and against gradients
-applied (every run so far, to compare), the staleness histogram and per-worker time
-(the pictures: :mod:`coursekit.viz.param_server`).
+runner (its cluster's engines, or a ``runner=LocalRunner(n)``) and follows the workers' live
+progress (:mod:`coursekit.live`): the accuracy curves grow while the run goes. At the end it
+draws accuracy against wall-clock time and against gradients applied (every run so far, to
+compare), the staleness histogram and per-worker time (the pictures:
+:mod:`coursekit.viz.param_server`).
 Layout, Run / Stop, errors and a lost cluster: :class:`coursekit.widgets.panel.Panel`;
 nothing is printed, everything works headless (tests set ``panel.model.value = "asp"``
 and call ``panel.run()``).
@@ -92,7 +92,7 @@ class ParamServerPanel(Panel):
         self.live.value = png(plot_live(data, title))
 
     def show(self, result) -> None:
-        self.say(f"{label(result.config, result.topology)}: {result.applied} gradients in {result.wall_s:.2f} s, "
-                 f"max staleness {result.staleness.max(initial=0)}")
+        self.say(f"{label(result.config, result.topology)}: {result.applied} gradients in "
+                 f"{result.wall_s:.2f} s, max staleness {result.staleness.max(initial=0)}")
         self.live.value = b""  # the comparison below has every run's curves: keep it in view
         self.plot.value = png(plot_runs(self.results))

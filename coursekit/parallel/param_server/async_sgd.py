@@ -11,8 +11,9 @@ The SSP / ASP worker at step t (``sync`` = SSP or a warm-up step):
 
 :func:`train_ps` is the SPMD entry every rank calls with its Comm (shards on ranks 0..S-1,
 workers on S..S+W-1: a :class:`~.protocol.PSTopology`; BSP runs the lockstep loops of
-:mod:`.bsp`). :func:`train` runs it on a runner (ThreadComm ranks or a live cluster's engines, :mod:`coursekit.runner`),
-streams the workers' progress to ``on_update`` (:mod:`coursekit.live`) and returns a
+:mod:`.bsp`). :func:`train` runs it on a runner (ThreadComm ranks or a live cluster's
+engines, :mod:`coursekit.runner`), streams the workers' progress to ``on_update``
+(:mod:`coursekit.live`) and returns a
 :class:`~coursekit.parallel.param_server.results.PSResult`.
 
     >>> from coursekit.runner import LocalRunner

@@ -53,8 +53,8 @@ def _gradient(server: ShardServer, w: int):
     except CommTimeout:
         raise RuntimeError(
             f"BSP: worker {w} (rank {rank}) sent no gradient for iteration {server.version} "
-            f"within {server.cfg.worker_timeout:g} s, so no shard can update: synchronous training stops "
-            "when one worker fails (SSP and ASP carry on without it)") from None
+            f"within {server.cfg.worker_timeout:g} s, so no shard can update: synchronous "
+            "training stops when one worker fails (SSP and ASP carry on without it)") from None
 
 
 def bsp_work(me: Worker) -> WorkerReport:

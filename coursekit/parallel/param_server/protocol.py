@@ -64,8 +64,8 @@ class PSTopology:
     ranks ``S .. S+W-1`` (the module docstring). The run's shape, kept out of
     :class:`~coursekit.parallel.param_server.config.PSConfig` as chapters 3 and 6 keep
     theirs (``train(runner, config, data, workers=...)``);
-    :meth:`PSConfig.check_topology <coursekit.parallel.param_server.config.PSConfig.check_topology>`
-    says whether a run fits it."""
+    :meth:`~coursekit.parallel.param_server.config.PSConfig.check_topology` says whether a
+    run fits it."""
 
     servers: int
     workers: int
@@ -89,10 +89,11 @@ class PSTopology:
             workers = size - servers
         topology = cls(servers, workers)
         if topology.n_ranks > size:
+            room = size - topology.servers
+            fix = (f"use at most {room} workers with {topology.servers} server(s)" if room >= 1
+                   else f"use at most {size - 1} server(s)")
             raise ValueError(f"workers={topology.workers} and servers={topology.servers} need "
-                             f"{topology.n_ranks} ranks but {where} has {size}: use at most "
-                             f"{max(size - topology.servers, 0)} workers with "
-                             f"{topology.servers} server(s)")
+                             f"{topology.n_ranks} ranks but {where} has {size}: {fix}")
         return topology
 
     @property

@@ -88,6 +88,8 @@ def test_workers_none_takes_every_rank_that_is_not_a_server():
     (dict(workers=4), ValueError,
      r"workers=4 and servers=1 need 5 ranks but LocalRunner\(4\) has 4: use at most 3 workers"),
     (dict(workers=3, servers=2), ValueError, r"workers=3 and servers=2 need 5 ranks"),
+    (dict(workers=1, servers=5), ValueError, r"need 6 ranks but LocalRunner\(4\) has 4: use at "
+                                             r"most 3 server"),
     (dict(servers=4), ValueError, r"servers=4 leave no rank of LocalRunner\(4\) \(4 ranks\) for "
                                   r"a worker \(a parameter server needs at least one worker\)"),
     (dict(workers=0), ValueError, r"workers=0: must be >= 1"),
