@@ -418,13 +418,14 @@ def ps_rank(comm, cfg, data):
 
 def section_async(args) -> dict:
     from coursekit.data import load_digits
-    from coursekit.parallel.param_server.async_sgd import PSConfig, collect, train
+    from coursekit.parallel.param_server.async_sgd import PSConfig, PSTopology, collect, train
     from coursekit.runner import LocalRunner
 
     duration = 15.0 if args.quick else args.async_seconds
     data = load_digits()
-    base = dict(model="ssp", staleness=2, n_servers=1, n_workers=3, eval_every=1000)
-    threads = LocalRunner(4)
+    base = dict(model="ssp", staleness=2, eval_every=1000)
+    topology = PSTopology(servers=1, workers=3)
+    threads = LocalRunner(topology.n_ranks)  # train_ps takes every rank: 1 shard, 3 workers
     train(threads, PSConfig(**base, steps=20), data)  # warm-up: imports, Numba kernels
     t0 = time.perf_counter()
     train(threads, PSConfig(**base, steps=2000), data)
@@ -437,14 +438,14 @@ def section_async(args) -> dict:
     start = {"rss": rss(), "fds": open_fds(), "threads": threading.active_count()}
     samples = []
     t0 = time.perf_counter()
-    run = LocalRunner(cfg.n_ranks, comm_timeout=cfg.timeout).start(ps_rank, cfg, data)
+    run = LocalRunner(topology.n_ranks, comm_timeout=cfg.timeout).start(ps_rank, cfg, data)
     interval = 0.5 if args.quick else 2.0
     while not run.ready():
         samples.append((time.perf_counter() - t0, rss(), open_fds(), threading.active_count()))
         run.wait(interval)
     seconds = time.perf_counter() - t0
     outputs = run.get()
-    result = collect(cfg, [o[0] for o in outputs])
+    result = collect(cfg, topology, [o[0] for o in outputs])
     traces = [(o[1], o[2]) for o in outputs]
     del run, outputs
     gc.collect()
@@ -453,7 +454,7 @@ def section_async(args) -> dict:
     half = ts >= ts[-1] / 2
     slope = float(np.polyfit(ts[half], mem[half], 1)[0]) * 60 / MiB if half.sum() >= 2 else 0.0
     per_step = slope / 60 * MiB / (steps / seconds) if seconds else float("nan")
-    row = {"steps": steps, "workers": cfg.n_workers, "seconds": seconds,
+    row = {"steps": steps, "workers": topology.workers, "seconds": seconds,
            "rss_bytes_per_step_second_half": per_step,
            "calibrated_s_per_step": calibrated, "start": start, "end": end,
            "rss_peak_mib": float(mem.max()) / MiB,

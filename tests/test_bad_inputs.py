@@ -33,7 +33,8 @@ from coursekit.data import load_digits, make_classification, make_regression, mi
 from coursekit.nn import LARS, MLP, SGD, Momentum, gradcheck, train
 from coursekit.nn.flops import mlp_step_flops
 from coursekit.parallel import compression as Z
-from coursekit.parallel.param_server import PSConfig
+from coursekit.parallel.param_server import PSConfig, PSTopology
+from coursekit.parallel.param_server import train as train_param_server
 from coursekit.parallel.data_parallel.buckets import make_buckets
 from coursekit.parallel.compression.experiment import CompressionConfig
 from coursekit.parallel.compression.experiment import train as train_compressed
@@ -430,15 +431,22 @@ def ps_field(field, value, allowed, **others):
     return bad(PSConfig, **{field: value}, **others, names=field, allowed=allowed)
 
 
+def ps_shape(names, allowed, config=PSConfig(), runner=THREADS, **shape):
+    """``train(runner, config, workers=..., servers=...)``: a shape that does not fit."""
+    return bad(train_param_server, runner, config, **shape, names=names, allowed=allowed)
+
+
 CHAPTER_4 = [
     ps_field("model", "hogwild", "'bsp', 'ssp', 'asp'"),
     ps_field("model", None, "'bsp', 'ssp', 'asp'"),
     ps_field("staleness", -1, ">= 0"),
     ps_field("staleness", 1.5, "integer"),
     ps_field("staleness", 2, "ssp", model="asp"),
-    *[ps_field("n_workers", v, ">= 1|integer") for v in (0, -1, 2.0, True, "3")],
-    *[ps_field("n_servers", v, ">= 1|integer|positive int") for v in (0, 1.5, None)],
-    ps_field("n_servers", 10**6, "parameters"),
+    *[ps_shape("workers", ">= 1|integer", workers=v) for v in (0, -1, 2.0, True, "3")],
+    ps_shape("workers=4", "at most 3 workers", workers=4),
+    *[ps_shape("servers", ">= 1|integer", servers=v) for v in (0, 1.5, None)],
+    ps_shape("servers=4", "at most 3 server", servers=4),
+    ps_shape("servers", "parameters", runner=LocalRunner(10**6 + 1), workers=1, servers=10**6),
     *[ps_field("steps", v, ">= 1|integer") for v in (0, 1e3)],
     ps_field("batch_size", 0, ">= 1"),
     ps_field("n_fetch", 0, ">= 1", model="asp"),
@@ -455,12 +463,14 @@ CHAPTER_4 = [
     ps_field("jitter", NAN, ">= 0|finite"),
     ps_field("worker_timeout", 0, "> 0"),
     ps_field("timeout", INF, "finite"),
-    ps_field("straggler", {3: 0.1}, "0..2"),
+    ps_shape("straggler", "0..2", PSConfig(straggler={3: 0.1})),
     ps_field("straggler", {0: -1.0}, ">= 0"),
     ps_field("straggler", [0.1], "dict"),
     ps_field("crash", {0: 100}, "0..99"),
     ps_field("crash", {0: 1.5}, "integer"),
-    ps_field("crash", {"0": 1}, "0..2"),
+    ps_field("crash", {"0": 1}, "integer >= 0"),
+    ps_field("crash", {-1: 1}, ">= 0"),
+    ps_shape("crash", "0..2", PSConfig(crash={3: 1}), workers=3),
     ps_field("crash_kills", "yes", "True or False"),
     ps_field("checkpoint_every", 5, "checkpoint_dir"),
     ps_field("checkpoint_every", -1, ">= 0"),
@@ -761,7 +771,8 @@ INT_SETTINGS = [  # (name, call with the value, smallest allowed, largest allowe
     ("warmup_steps", lambda v: LRSchedule(0.1, "linear_warmup", 4, v), 0, None),
     ("steps", lambda v: PSConfig(steps=v), 1, None),
     ("staleness", lambda v: PSConfig(staleness=v), 0, None),
-    ("n_workers", lambda v: PSConfig(n_workers=v), 1, None),
+    ("workers", lambda v: PSTopology(servers=1, workers=v), 1, None),
+    ("servers", lambda v: PSTopology(servers=v, workers=1), 1, None),
     ("epochs", lambda v: CompressionConfig(epochs=v), 1, None),
     ("stages", lambda v: schedule("gpipe", v, 2), 1, 8192),
     ("microbatches", lambda v: schedule("gpipe", 2, v), 1, 8192),

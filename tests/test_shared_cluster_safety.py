@@ -43,26 +43,26 @@ def attached(instructor):
 
 def test_a_crash_on_an_attached_cluster_is_simulated_and_every_engine_lives(attached):
     before = engine_pids(attached)
-    cfg = PSConfig(model="asp", n_workers=3, steps=40, crash={1: 15}, worker_timeout=1.0,
+    cfg = PSConfig(model="asp", steps=40, crash={1: 15}, worker_timeout=1.0,
                    straggler={0: 0.002, 2: 0.002})
-    result = train(ClusterRunner(attached, timeout=60), cfg)
+    result = train(ClusterRunner(attached, timeout=60), cfg, workers=3)
     assert [w.status for w in result.workers] == ["finished", "crashed", "finished"]
     (lost,) = result.lost  # found through the shards' timeout, as for a dead process
     assert lost["worker"] == 1 and lost["clock"] == 15 and lost["t"] >= 1.0
     assert result.applied == 2 * 40 + 15
     assert engine_pids(attached) == before
     # the next run on the same engines is exact: nothing of the broken one is left in flight
-    bsp = PSConfig(model="bsp", n_workers=3, steps=10, dtype="float64")
-    again = train(ClusterRunner(attached, timeout=60), bsp)
+    bsp = PSConfig(model="bsp", steps=10, dtype="float64")
+    again = train(ClusterRunner(attached, timeout=60), bsp, workers=3)
     assert again.lost == [] and again.applied == 30
 
 
 def test_a_crash_that_would_kill_an_engine_is_refused_on_an_attached_cluster(attached):
     before = engine_pids(attached)
-    kill = PSConfig(model="asp", n_workers=3, steps=20, crash={1: 5}, crash_kills=True)
+    kill = PSConfig(model="asp", steps=20, crash={1: 5}, crash_kills=True)
     with pytest.raises(ValueError, match="would kill an engine process of a cluster this "
                                          "notebook did not start.*crash_kills=False"):
-        train(ClusterRunner(attached), kill)
+        train(ClusterRunner(attached), kill, workers=3)
     d = load_digits()
     with pytest.raises(ValueError, match=r"crash_rank \(a data-parallel crash ends its engine"):
         data_parallel.train(ClusterRunner(attached), DPConfig(crash_rank=1, crash_step=2),

@@ -24,6 +24,7 @@ CASES = (
 )
 STALENESS = (1, 2, 3)
 TIMEOUT = 10.0  # seconds any rank waits before a hang becomes an error
+WORKERS = 3  # and one server shard
 
 
 def _expected(clock, clocks, s) -> bool:
@@ -43,9 +44,10 @@ def _run(gate, **kwargs):
     from coursekit.parallel.param_server import PSConfig, train
     from coursekit.runner import LocalRunner
 
-    config = PSConfig(n_workers=3, steps=15, dtype="float64", timeout=TIMEOUT, **kwargs)
+    config = PSConfig(steps=15, dtype="float64", timeout=TIMEOUT, **kwargs)
     try:
-        return train(LocalRunner(config.n_ranks), config, load_digits(dtype=np.float64), gate=gate)
+        return train(LocalRunner(1 + WORKERS), config, load_digits(dtype=np.float64),
+                     workers=WORKERS, gate=gate)
     except RuntimeError as err:
         if "deadlock" in str(err):
             raise CheckFailure(f"with staleness={config.staleness} the run deadlocked: every "

@@ -359,7 +359,7 @@ class ShardState(_State):
     KEY, PART, PARTS = "version", "shard", "n_shards"
     FILE = "shard{part}of{parts}_v{key}.npz"
     KEEP = 3  # more than one: the other shards may still be writing a version this one passed
-    NONE_HINT = "run with checkpoint_every > 0 first (or check n_servers)"
+    NONE_HINT = "run with checkpoint_every > 0 first (or check the number of servers)"
 
     shard: int
     n_shards: int
@@ -371,11 +371,11 @@ class ShardState(_State):
     applied: int
     clocks: np.ndarray
 
-    def _check_fits(self, path: Path, lo: int, hi: int, n_workers: int) -> None:
+    def _check_fits(self, path: Path, lo: int, hi: int, workers: int) -> None:
         if (self.lo, self.hi) != (lo, hi):
             raise ValueError(f"{path} holds parameters [{self.lo}, {self.hi}) but this run's "
-                             f"shard {self.shard} holds [{lo}, {hi}): the model or n_servers "
-                             "changed")
-        if len(self.clocks) != n_workers:
+                             f"shard {self.shard} holds [{lo}, {hi}): the model or the number "
+                             "of servers changed")
+        if len(self.clocks) != workers:
             raise ValueError(f"{path} has clocks for {len(self.clocks)} workers; this run has "
-                             f"{n_workers}: restart with the same n_workers")
+                             f"{workers}: restart with the same number of workers")

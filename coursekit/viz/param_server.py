@@ -23,12 +23,13 @@ LIVE_MIN_SPAN_S = 0.05
 """The live plot's time axis is never narrower than this (s)."""
 
 
-def label(config) -> str:
-    """'SSP s=2, 3 workers, 1 server, straggler 5 ms' for legends (``config``: a PSConfig)."""
+def label(config, topology) -> str:
+    """'SSP s=2, 3 workers, 1 server, straggler 5 ms' for legends (``config``: a PSConfig,
+    ``topology``: the PSTopology it runs on)."""
     name = f"SSP s={config.staleness}" if config.model == "ssp" else config.model.upper()
     slow = max(config.straggler.values(), default=0.0)
     plural = lambda n, what: f"{n} {what}{'s' if n != 1 else ''}"  # noqa: E731
-    return (f"{name}, {plural(config.n_workers, 'worker')}, {plural(config.n_servers, 'server')}"
+    return (f"{name}, {plural(topology.workers, 'worker')}, {plural(topology.servers, 'server')}"
             + (f", straggler {slow * 1e3:g} ms" if slow else ""))
 
 
@@ -61,8 +62,8 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
     (ax_t, ax_u), (ax_s, ax_w) = fig.subplots(2, 2)
     for r in results:
         t, applied, acc = r.curve()
-        ax_t.plot(t, acc, ".-", ms=3, label=label(r.config))
-        ax_u.plot(applied, acc, ".-", ms=3, label=label(r.config))
+        ax_t.plot(t, acc, ".-", ms=3, label=label(r.config, r.topology))
+        ax_u.plot(applied, acc, ".-", ms=3, label=label(r.config, r.topology))
     ax_t.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1))
     ax_u.set(xlabel="mini-batch gradients applied", ylabel="test accuracy", ylim=(0, 1))
     # one legend for both top plots, above them: the runs' labels are long
@@ -79,7 +80,7 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
                   for kind, attr in (("compute", "compute_s"), ("send", "send_s"), ("idle", "idle_s"))])
     for d in last.lost:
         ax_w.annotate(f"lost at {d['t']:.1f} s", (d["worker"], 0), ha="center", va="bottom")
-    ax_w.set(xlabel="worker", ylabel="time [s]", xticks=range(last.config.n_workers),
+    ax_w.set(xlabel="worker", ylabel="time [s]", xticks=range(last.topology.workers),
              title="where each worker's time went (last run)")
     legend_outside(ax_w)
     return fig
@@ -91,6 +92,6 @@ def plot_worker_timeline(result, title: str | None = None, ax=None):
     workers = [w for w in result.workers if w is not None]
     spans = [s._replace(rank=row) for row, w in enumerate(workers) for s in w.spans]
     fig = plot_timeline([[] for _ in workers], spans, ax=ax, arrows=False, t0=0.0,
-                        title=title or label(result.config))
+                        title=title or label(result.config, result.topology))
     (ax or fig.axes[0]).set_yticks(range(len(workers)), [f"worker {w.worker}" for w in workers])
     return fig

@@ -1,12 +1,13 @@
 """Chapter 4 panel: train on the parameter server with the consistency model the controls pick.
 
-Thin by design: Run builds a :class:`~coursekit.parallel.param_server.config.PSConfig` from the
-controls, runs it with :func:`~coursekit.parallel.param_server.train` on the panel's runner (its
-cluster's engines, or a ``runner=LocalRunner(n)``) and follows the workers' live progress
-(:mod:`coursekit.live`): the accuracy curves grow while
-the run goes. At the end it draws accuracy against wall-clock time and against gradients
-applied (every run so far, to compare), the staleness histogram and per-worker time
-(the pictures: :mod:`coursekit.viz.param_server`).
+Thin by design: Run builds a :class:`~coursekit.parallel.param_server.config.PSConfig` and a
+:class:`~coursekit.parallel.param_server.protocol.PSTopology` (the workers and server shards)
+from the controls, runs them with :func:`~coursekit.parallel.param_server.train` on the panel's
+runner (its cluster's engines, or a ``runner=LocalRunner(n)``) and follows the workers' live
+progress (:mod:`coursekit.live`): the accuracy curves grow while the run goes. At the end it
+draws accuracy against wall-clock time and against gradients applied (every run so far, to
+compare), the staleness histogram and per-worker time (the pictures:
+:mod:`coursekit.viz.param_server`).
 Layout, Run / Stop, errors and a lost cluster: :class:`coursekit.widgets.panel.Panel`;
 nothing is printed, everything works headless (tests set ``panel.model.value = "asp"``
 and call ``panel.run()``).
@@ -20,6 +21,7 @@ import ipywidgets as widgets
 
 from coursekit.parallel.param_server import train
 from coursekit.parallel.param_server.config import PSConfig
+from coursekit.parallel.param_server.protocol import PSTopology
 from coursekit.viz.param_server import label, plot_live, plot_runs
 from coursekit.widgets.panel import Panel, hide_when_empty, png, run_target, size_limit
 
@@ -63,30 +65,34 @@ class ParamServerPanel(Panel):
     def _sync_controls(self) -> None:
         self.staleness.disabled = self.model.value != "ssp"
 
-    def config(self) -> PSConfig:
-        """The PSConfig the controls describe (ValueError if they do not fit)."""
+    def topology(self) -> PSTopology:
+        """The servers and workers the sliders pick (ValueError if they do not fit)."""
         if self.workers.value + self.servers.value > self.max_ranks:
             raise ValueError(f"{self.servers.value} server(s) + {self.workers.value} worker(s) "
                              f"need more than the {self.max_ranks} ranks available")
+        return PSTopology(self.servers.value, self.workers.value)
+
+    def config(self) -> PSConfig:
+        """The PSConfig the other controls describe."""
         delay = self.delay.value / 1e3
         return dataclasses.replace(
-            self.base, model=self.model.value, n_workers=self.workers.value,
-            n_servers=self.servers.value,
+            self.base, model=self.model.value,
             staleness=self.staleness.value if self.model.value == "ssp" else 0,
             straggler={self.workers.value - 1: delay} if delay else {})
 
     def compute(self):
         """Run with the current settings, following the workers live."""
-        config = self.config()
-        self.say(f"running {label(config)} ...")
-        return train(self.runner(), config, self.data, on_update=self.on_data)
+        topology, config = self.topology(), self.config()
+        self.say(f"running {label(config, topology)} ...")
+        return train(self.runner(), config, self.data, workers=topology.workers,
+                     servers=topology.servers, on_update=self.on_data)
 
     def draw_live(self, data: list[dict]) -> None:
         title = "live: accuracy of the weights each worker pulled"
         self.live.value = png(plot_live(data, title))
 
     def show(self, result) -> None:
-        self.say(f"{label(result.config)}: {result.applied} gradients in {result.wall_s:.2f} s, "
-                 f"max staleness {result.staleness.max(initial=0)}")
+        self.say(f"{label(result.config, result.topology)}: {result.applied} gradients in "
+                 f"{result.wall_s:.2f} s, max staleness {result.staleness.max(initial=0)}")
         self.live.value = b""  # the comparison below has every run's curves: keep it in view
         self.plot.value = png(plot_runs(self.results))

@@ -43,8 +43,11 @@ digits = load_digits()
 engines
 
 # %% [markdown]
-# Rank 0 is the server shard, ranks 1–3 are workers (with two shards: ranks 0–1 serve,
-# the others work). Every worker trains an MLP 64–32–10 on its third of the digits.
+# Rank 0 is the server shard, ranks 1–3 are workers (with two shards, `servers=2`: ranks
+# 0–1 serve, the others work). As in chapter 3, the run's shape is an argument of `train`,
+# not part of the config: `workers=3` takes one shard and three workers (leaving it out
+# takes every rank that is not a server). Every worker trains an MLP 64–32–10 on its third
+# of the digits.
 #
 # ## 1. BSP, and SSP with s = 0
 #
@@ -53,9 +56,9 @@ engines
 # every worker read exactly the weights BSP would give it:
 
 # %%
-common = dict(n_workers=3, steps=150, dtype="float64")
-bsp = train(engines, PSConfig(model="bsp", **common))
-ssp0 = train(engines, PSConfig(model="ssp", staleness=0, jitter=0.001, **common))
+common = dict(steps=150, dtype="float64")
+bsp = train(engines, PSConfig(model="bsp", **common), workers=3)
+ssp0 = train(engines, PSConfig(model="ssp", staleness=0, jitter=0.001, **common), workers=3)
 np.array_equal(bsp.params, ssp0.params), int(ssp0.staleness.max()), bsp.applied
 
 # %%
@@ -75,9 +78,9 @@ print(f"test accuracy {bsp.accuracy(digits.X_test, digits.y_test):.3f}")
 # %%
 from coursekit.viz.param_server import plot_runs, plot_worker_timeline
 
-jittery = dict(n_workers=3, steps=40, jitter=0.003)
-bsp_j = train(engines, PSConfig(model="bsp", **jittery))
-ssp_j = train(engines, PSConfig(model="ssp", staleness=3, **jittery))
+jittery = dict(steps=40, jitter=0.003)
+bsp_j = train(engines, PSConfig(model="bsp", **jittery), workers=3)
+ssp_j = train(engines, PSConfig(model="ssp", staleness=3, **jittery), workers=3)
 for r in (bsp_j, ssp_j):
     plot_worker_timeline(r, title=f"{r.config.model.upper()}: {r.wall_s:.2f} s, "
                          f"idle {np.nanmean(r.idle_s) / r.wall_s:.0%} of the time")
@@ -88,7 +91,7 @@ show()
 # weights it was computed on, never more. ASP has no bound at all:
 
 # %%
-asp_j = train(engines, PSConfig(model="asp", **jittery))
+asp_j = train(engines, PSConfig(model="asp", **jittery), workers=3)
 fig, axes = plt.subplots(1, 3, figsize=(10, 2.8), sharey=True, layout="constrained")
 for ax, r, name in zip(axes, (bsp_j, ssp_j, asp_j), ("BSP", "SSP s=3", "ASP")):
     values, counts = np.unique(r.staleness, return_counts=True)
@@ -137,8 +140,8 @@ panel.status.value
 # asynchronous training diverge.
 
 # %%
-downpour = train(engines, PSConfig(model="asp", n_workers=3, steps=150, n_fetch=5,
-                                   n_push=5, warmup=20, jitter=0.001))
+downpour = train(engines, PSConfig(model="asp", steps=150, n_fetch=5, n_push=5, warmup=20,
+                                   jitter=0.001), workers=3)
 first = downpour.servers[0].staleness[:20 * 3]
 int(first.max()), downpour.applied
 
@@ -164,9 +167,9 @@ show()
 from coursekit.scratch import scratch_dir
 
 ckpt = str(scratch_dir("coursekit-ch04-"))  # the checkpoints; removed when this kernel ends
-faulty = PSConfig(model="asp", n_workers=3, steps=150, crash={1: 60}, worker_timeout=1.0,
+faulty = PSConfig(model="asp", steps=150, crash={1: 60}, worker_timeout=1.0,
                   jitter=0.001, checkpoint_every=50, checkpoint_dir=ckpt)
-crashed = train(engines, faulty)
+crashed = train(engines, faulty, workers=3)
 [d["worker"] for d in crashed.lost], [d["clock"] for d in crashed.lost], crashed.workers[1].status
 
 # %%
@@ -184,8 +187,8 @@ print(crashed.summary())
 from coursekit.parallel.checkpoint import ShardState
 
 saved = ShardState.latest(ckpt, 1)  # the newest version every shard (here: one) saved intact
-restart = train(LocalRunner(4), PSConfig(model="asp", n_workers=3, steps=150, resume=True,
-                                         checkpoint_dir=ckpt), digits)
+restart = train(LocalRunner(4), PSConfig(model="asp", steps=150, resume=True,
+                                         checkpoint_dir=ckpt), digits, workers=3)
 saved, restart.servers[0].version > saved, [w.status for w in restart.workers]
 
 # %%

@@ -61,7 +61,7 @@ def _ps_state(version: int, shard: int, n: int = N) -> ShardState:
 
 
 def _ps_resume(directory) -> tuple[int, list[dict]]:
-    states = [ShardState.load(directory, k, PARTS, lo=k * N, hi=(k + 1) * N, n_workers=4)
+    states = [ShardState.load(directory, k, PARTS, lo=k * N, hi=(k + 1) * N, workers=4)
               for k in range(PARTS)]
     return states[0].version, [asdict(s) for s in states]
 
@@ -372,17 +372,17 @@ def test_data_parallel_resume_skips_a_corrupt_newest_checkpoint_and_ends_bit_for
 
 def test_parameter_server_restart_skips_a_corrupt_newest_checkpoint(tmp_path):
     digits = load_digits()
-    common = dict(model="ssp", n_servers=2, n_workers=3, momentum=0.9, dtype="float64",
-                  jitter=0.001)
-    threads = LocalRunner(5)
-    straight = async_sgd.train(threads, PSConfig(steps=20, **common), digits)
+    common = dict(model="ssp", momentum=0.9, dtype="float64", jitter=0.001)
+    threads = LocalRunner(5)  # 2 server shards, 3 workers
+    straight = async_sgd.train(threads, PSConfig(steps=20, **common), digits, servers=2)
     async_sgd.train(threads, PSConfig(steps=14, checkpoint_every=5, checkpoint_dir=str(tmp_path),
-                                      **common), digits)
+                                      **common), digits, servers=2)
     tamper(tmp_path / "shard1of2_v10.npz", WRITERS[1])
     with pytest.warns(CheckpointFallbackWarning,
                       match=r"shard1of2_v10\.npz: checksum mismatch.*Using version 5"):
         again = async_sgd.train(threads, PSConfig(steps=20, resume=True,
-                                                  checkpoint_dir=str(tmp_path), **common), digits)
+                                                  checkpoint_dir=str(tmp_path), **common), digits,
+                                servers=2)
     assert [w.steps for w in again.workers] == [15, 15, 15]  # from version 5, not 10
     assert again.applied == 3 * 20 and again.servers[0].version == 20
     assert np.array_equal(again.params, straight.params)  # momentum included

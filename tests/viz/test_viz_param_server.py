@@ -19,7 +19,7 @@ def test_the_first_live_update_reads_well():
 
 
 def test_plots_show_every_run_and_a_lost_worker():
-    result = train(LocalRunner(4), PSConfig(model="asp", n_workers=3, steps=20, crash={0: 5},
+    result = train(LocalRunner(4), PSConfig(model="asp", steps=20, crash={0: 5},
                                             worker_timeout=0.3, eval_every=5))
     fig = plot_runs([result, result])
     assert len(fig.axes[0].lines) == 2

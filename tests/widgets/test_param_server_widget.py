@@ -4,7 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from coursekit.parallel.param_server import PSConfig, train  # noqa: E402
+from coursekit.parallel.param_server import PSConfig, PSTopology, train  # noqa: E402
 from coursekit.runner import LocalRunner  # noqa: E402
 from coursekit.widgets.param_server import ParamServerPanel  # noqa: E402
 
@@ -13,8 +13,8 @@ BASE = PSConfig(steps=30, eval_every=5, worker_timeout=2.0)
 
 def test_live_progress_reaches_the_notebook_side():
     seen = []
-    config = PSConfig(model="asp", n_workers=2, steps=40, eval_every=5, jitter=0.002)
-    result = train(LocalRunner(3), config, on_update=seen.append)
+    config = PSConfig(model="asp", steps=40, eval_every=5, jitter=0.002)
+    result = train(LocalRunner(3), config, workers=2, on_update=seen.append)
     assert seen, "on_update was never called"
     last = seen[-1]
     assert last[0] == {} and [d["worker"] for d in last[1:]] == [0, 1]  # the shard publishes nothing
@@ -47,6 +47,16 @@ def test_panel_runs_each_consistency_model_and_keeps_them_for_comparison():
     assert "ASP, 3 workers, 1 server, straggler 3 ms" in panel.status.value
     panel.clear_button.click()
     assert panel.results == []
+
+
+def test_panel_runs_on_the_workers_and_servers_its_sliders_pick():
+    panel = ParamServerPanel(base=BASE, runner=LocalRunner(5))
+    panel.workers.value, panel.servers.value = 2, 2  # 4 of the runner's 5 ranks
+    panel.run()
+    (result,) = panel.results
+    assert result.topology == PSTopology(servers=2, workers=2)
+    assert len(result.servers) == 2 and [w.worker for w in result.workers] == [0, 1]
+    assert "SSP s=2, 2 workers, 2 servers" in panel.status.value
 
 
 def test_panel_refuses_more_ranks_than_it_has():

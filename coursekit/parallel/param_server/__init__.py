@@ -1,7 +1,9 @@
 """A sharded parameter server: BSP, SSP and ASP (Downpour) training, staleness, failures.
 
 >>> from coursekit.runner import LocalRunner
->>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, n_workers=3, steps=40))
+>>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, steps=40), workers=3)
+>>> r.topology
+PSTopology(servers=1, workers=3)
 >>> int(r.staleness.max()) <= 2
 True
 
@@ -10,11 +12,13 @@ True
 * :mod:`.worker` - a worker's pull / compute / push; :mod:`.protocol` - the messages;
 * :mod:`.consistency` - the SSP clock gate; the shards' checkpoints:
   :class:`coursekit.parallel.checkpoint.ShardState`;
-* :mod:`.config` / :mod:`.results` - :class:`PSConfig` in, :class:`PSResult` out.
+* :mod:`.config` / :mod:`.results` - :class:`PSConfig` in, :class:`PSResult` out; the
+  run's shape (``workers=``, ``servers=`` of :func:`train`) is a :class:`PSTopology`.
 """
 
 from .async_sgd import train, train_ps
 from .config import PSConfig
+from .protocol import PSTopology
 from .results import PSResult
 
-__all__ = ["PSConfig", "PSResult", "train", "train_ps"]
+__all__ = ["PSConfig", "PSResult", "PSTopology", "train", "train_ps"]

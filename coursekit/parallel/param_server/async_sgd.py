@@ -10,13 +10,14 @@ The SSP / ASP worker at step t (``sync`` = SSP or a warm-up step):
   push that every ``n_push`` steps (and at the end).
 
 :func:`train_ps` is the SPMD entry every rank calls with its Comm (shards on ranks 0..S-1,
-workers on S..S+W-1; BSP runs the lockstep loops of :mod:`.bsp`). :func:`train` runs it
-on a runner (ThreadComm ranks or a live cluster's engines, :mod:`coursekit.runner`),
-streams the workers' progress to ``on_update`` (:mod:`coursekit.live`) and returns a
+workers on S..S+W-1: a :class:`~.protocol.PSTopology`; BSP runs the lockstep loops of
+:mod:`.bsp`). :func:`train` runs it on a runner (ThreadComm ranks or a live cluster's
+engines, :mod:`coursekit.runner`), streams the workers' progress to ``on_update``
+(:mod:`coursekit.live`) and returns a
 :class:`~coursekit.parallel.param_server.results.PSResult`.
 
     >>> from coursekit.runner import LocalRunner
-    >>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, n_workers=3, steps=40))
+    >>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, steps=40), workers=3)
     >>> int(r.staleness.max()) <= 2
     True
 """
@@ -32,12 +33,12 @@ from coursekit.parallel.param_server.server import ShardServer, serve
 from coursekit.parallel.param_server.bsp import bsp_serve, bsp_work
 from coursekit.parallel.param_server.config import PSConfig
 from coursekit.parallel.param_server.consistency import combined_push, ssp_gate
-from coursekit.parallel.param_server.protocol import EVICTED, HELLO
-from coursekit.parallel.param_server.results import PSResult, WorkerReport
+from coursekit.parallel.param_server.protocol import EVICTED, HELLO, PSTopology
+from coursekit.parallel.param_server.results import PSResult, ServerReport, WorkerReport
 from coursekit.parallel.param_server.worker import Crashed, Worker
 from coursekit.runner import Runner
 
-__all__ = ["PSConfig", "PSResult", "async_work", "collect", "train", "train_ps"]
+__all__ = ["PSConfig", "PSResult", "PSTopology", "async_work", "collect", "train", "train_ps"]
 
 
 def async_work(me: Worker) -> WorkerReport:
@@ -74,56 +75,57 @@ def async_work(me: Worker) -> WorkerReport:
         return me.report("crashed")
 
 
-def train_ps(comm, config: PSConfig, data=None, gate=ssp_gate):
-    """Every rank's part of one run: a ServerReport, a WorkerReport, or None (spare rank).
+def train_ps(comm, config: PSConfig, data=None, *, servers: int = 1,
+             gate=ssp_gate) -> ServerReport | WorkerReport:
+    """Every rank's part of one run on ``comm``: a ServerReport (ranks ``0 .. servers-1``)
+    or a WorkerReport (the other ``comm.size - servers`` ranks, the workers).
 
     ``data``: a :class:`coursekit.data.Dataset` (default: ``load_digits()``). ``gate``:
     the SSP clock gate the shards use (the exercise swaps in the student's).
     """
-    if not isinstance(config, PSConfig):
-        raise TypeError(f"config must be a PSConfig, got {type(config).__name__}")
-    config.check_size(comm.size)
-    S, rank = config.n_servers, comm.rank
-    role = None
-    if rank < S:
-        role = ShardServer(comm, config, rank, gate)
-    elif rank < config.n_ranks:
+    checks.instance(config, "config", PSConfig)
+    topology = config.check_topology(PSTopology.on(comm.size, servers))
+    rank = comm.rank
+    if rank < topology.servers:
+        role = ShardServer(comm, config, topology, rank, gate)
+    else:
         if data is None:
             from coursekit.data import load_digits
             data = load_digits()
-        role = Worker(comm, config, rank - S, data)
+        role = Worker(comm, config, topology, rank - topology.servers, data)
     saved = comm.timeout
     comm.timeout = config.timeout
     try:
         comm.barrier()  # everyone built its state (and compiled its kernels): start the clocks
-        if role is None:
-            return None
         role.t0 = now()
         bsp = config.model == "bsp"
-        if rank < S:
+        if rank < topology.servers:
             return bsp_serve(role) if bsp else serve(role)
         return bsp_work(role) if bsp else async_work(role)
     finally:
         comm.timeout = saved
 
 
-def collect(config: PSConfig, outputs: list) -> PSResult:
+def collect(config: PSConfig, topology: PSTopology, outputs: list) -> PSResult:
     """The PSResult of the ranks' outputs (None for a worker whose process died)."""
-    servers = outputs[:config.n_servers]
+    servers = outputs[:topology.servers]
     if any(s is None for s in servers):
         raise RuntimeError("a server shard returned no report; the run's weights are lost")
-    return PSResult(config, np.concatenate([s.params for s in servers]), servers,
-                    list(outputs[config.n_servers:config.n_ranks]))
+    return PSResult(config, topology, np.concatenate([s.params for s in servers]), servers,
+                    list(outputs[topology.servers:topology.n_ranks]))
 
 
-def train(runner: Runner, config: PSConfig, data=None, *, on_update=None, gate=ssp_gate,
+def train(runner: Runner, config: PSConfig, data=None, *, workers: int | None = None,
+          servers: int = 1, on_update=None, gate=ssp_gate,
           timeout: float | None = None) -> PSResult:
-    """Run ``config`` on the first ``config.n_ranks`` ranks of ``runner`` (ThreadComm ranks
-    or engines, :mod:`coursekit.runner`) and return its PSResult.
+    """Run ``config`` on the first ``servers + workers`` ranks of ``runner`` (ThreadComm
+    ranks or engines, :mod:`coursekit.runner`) and return its PSResult: ``servers`` shards
+    on ranks ``0 .. servers-1``, then ``workers`` workers (default: every other rank).
 
     ``data``: a :class:`coursekit.data.Dataset` (None: every rank loads the digits);
     ``on_update(data)``: the workers' live progress, one dict per rank; ``gate``: the SSP
-    clock gate (the exercise passes the student's).
+    clock gate (the exercise passes the student's). The shape is checked against
+    ``config`` (:meth:`~PSConfig.check_topology`) before any rank starts.
 
     A crashed worker (``config.crash``) reports status "crashed"; a worker whose engine
     died (``crash_kills``, or killed from outside) yields None in ``result.workers``; the
@@ -133,11 +135,13 @@ def train(runner: Runner, config: PSConfig, data=None, *, on_update=None, gate=s
     """
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     checks.instance(config, "config", PSConfig)
-    config.check_size(runner.size)
+    topology = config.check_topology(PSTopology.on(runner.size, servers, workers,
+                                                   where=runner.describe()))
     check_may_kill(runner, bool(config.crash) and config.crash_kills, "crash_kills=True")
-    outputs = runner.run(train_ps, config, data, gate, ranks=config.n_ranks, on_update=on_update,
-                         may_die=config.worker_ranks, timeout=timeout)
-    result = collect(config, outputs)
+    outputs = runner.run(train_ps, config, data, servers=topology.servers, gate=gate,
+                         ranks=topology.n_ranks, on_update=on_update,
+                         may_die=topology.worker_ranks, timeout=timeout)
+    result = collect(config, topology, outputs)
     if result.lost and all(report is not None for report in result.workers):
         runner.reset_comms()
     return result

@@ -24,7 +24,7 @@ from coursekit.parallel.param_server.worker import Crashed, Worker
 def bsp_serve(server: ShardServer) -> ServerReport:
     """A shard's lockstep loop: broadcast weights, gather gradients, update."""
     comm, config = server.comm, server.cfg
-    workers = range(config.n_workers)
+    workers = range(server.topology.workers)
     saved = comm.timeout
     comm.timeout = config.worker_timeout  # how long the slowest worker may take per step
     try:
@@ -33,7 +33,7 @@ def bsp_serve(server: ShardServer) -> ServerReport:
                 server.reply(w, OK)
             items = []
             for w in workers:
-                grad = _gradient(comm, config, w, server.version)
+                grad = _gradient(server, w)
                 grad = server.check_grad(w, grad, server.version + 1)
                 if grad is not None:
                     items.append((w, grad, server.version))
@@ -46,15 +46,15 @@ def bsp_serve(server: ShardServer) -> ServerReport:
     return server.report()
 
 
-def _gradient(comm, config, w: int, version: int):
-    rank = config.worker_ranks[w]
+def _gradient(server: ShardServer, w: int):
+    rank = server.topology.worker_ranks[w]
     try:
-        return comm.recv(rank, TAG_GRAD)
+        return server.comm.recv(rank, TAG_GRAD)
     except CommTimeout:
         raise RuntimeError(
-            f"BSP: worker {w} (rank {rank}) sent no gradient for iteration {version} within "
-            f"{config.worker_timeout:g} s, so no shard can update: synchronous training stops "
-            "when one worker fails (SSP and ASP carry on without it)") from None
+            f"BSP: worker {w} (rank {rank}) sent no gradient for iteration {server.version} "
+            f"within {server.cfg.worker_timeout:g} s, so no shard can update: synchronous "
+            "training stops when one worker fails (SSP and ASP carry on without it)") from None
 
 
 def bsp_work(me: Worker) -> WorkerReport:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,17 +10,19 @@ from coursekit import checks
 from coursekit.nn import layout
 from coursekit.nn.mlp import check_dtype
 from coursekit.parallel.param_server.consistency import MODELS
-from coursekit.parallel.param_server.protocol import shard_ranges
+from coursekit.parallel.param_server.protocol import PSTopology
 
 _SECONDS = " (seconds)"
 
 
 @dataclass(frozen=True)
 class PSConfig:
-    """One run: consistency model, cluster shape, model, optimizer, faults.
+    """One run: consistency model, model, optimizer, faults. Its shape (how many server
+    shards and workers) is not here: it is the :class:`~.protocol.PSTopology` that
+    ``train(runner, config, data, workers=W, servers=S)`` builds, checked against this
+    config by :meth:`check_topology`.
 
     model / staleness: "bsp", "ssp" (bound ``staleness`` = s >= 0) or "asp".
-    n_servers / n_workers: shards on ranks 0..S-1, workers on ranks S..S+W-1.
     steps: iterations per worker (its final clock); batch_size: rows per mini-batch.
     lr / momentum: the update rule applied on the shards (SGD, or momentum when > 0).
     n_fetch / n_push (ASP): fetch weights every n_fetch steps, push the summed gradient
@@ -41,8 +42,6 @@ class PSConfig:
 
     model: str = "ssp"
     staleness: int = 0
-    n_servers: int = 1
-    n_workers: int = 3
     steps: int = 100
     batch_size: int = 32
     lr: float = 0.1
@@ -72,11 +71,7 @@ class PSConfig:
         if s and self.model != "ssp":
             raise ValueError(f"staleness={s} applies to model='ssp' only "
                              f"(got model={self.model!r})")
-        checks.integer(self.n_workers, "n_workers", at_least=1,
-                       hint=" (a parameter server needs at least one worker)")
         object.__setattr__(self, "sizes", layout.check_sizes(self.sizes))
-        checks.integer(self.n_servers, "n_servers", hint=" (shards, at least one)")
-        shard_ranges(self.n_params, self.n_servers)  # ValueError for more shards than params
         for name in ("steps", "batch_size", "n_fetch", "n_push", "eval_every"):
             checks.integer(getattr(self, name), name, at_least=1)
         if self.model != "asp" and (self.n_fetch, self.n_push) != (1, 1):
@@ -108,36 +103,30 @@ class PSConfig:
                 raise ValueError("checkpoint_every > 0 and resume=True need a checkpoint_dir")
 
     def _per_worker(self, name: str) -> dict:
+        """``{worker: value}`` of ``name``: the keys are checked here for their type only; which
+        workers exist is the topology's (:meth:`check_topology`)."""
         spec = getattr(self, name)
         if not isinstance(spec, dict):
             raise TypeError(f"{name} must be a dict {{worker index: value}}, got {spec!r}")
         for w in spec:
-            if isinstance(w, bool) or not isinstance(w, numbers.Integral) \
-                    or not 0 <= w < self.n_workers:
-                raise ValueError(f"{name} names worker {w!r}; workers are 0..{self.n_workers - 1}")
+            checks.integer(w, f"{name} key", at_least=0, hint=" (a worker index)")
         return spec
+
+    def check_topology(self, topology: PSTopology) -> PSTopology:
+        """``topology`` if this run fits it; ValueError if a straggler or crash names a worker
+        it does not have, or it has more server shards than parameters."""
+        checks.instance(topology, "topology", PSTopology)
+        topology.ranges(self.n_params)  # ValueError for more shards than parameters
+        for name in ("straggler", "crash"):
+            for w in getattr(self, name):
+                if w >= topology.workers:
+                    raise ValueError(f"{name} names worker {w!r}; workers are "
+                                     f"0..{topology.workers - 1}")
+        return topology
 
     @property
     def n_params(self) -> int:
         return layout.n_params(self.sizes)
-
-    @property
-    def n_ranks(self) -> int:
-        return self.n_servers + self.n_workers
-
-    @property
-    def ranges(self) -> list[tuple[int, int]]:
-        return shard_ranges(self.n_params, self.n_servers)
-
-    @property
-    def worker_ranks(self) -> range:
-        return range(self.n_servers, self.n_ranks)
-
-    def check_size(self, size: int) -> None:
-        """ValueError unless a comm of ``size`` ranks can host this run."""
-        if size < self.n_ranks:
-            raise ValueError(f"this run needs {self.n_servers} server(s) + {self.n_workers} "
-                             f"worker(s) = {self.n_ranks} ranks, but the comm has {size}")
 
     def initial_params(self) -> np.ndarray:
         """The flat initial weights every shard slices its range from (MLP(sizes, seed))."""

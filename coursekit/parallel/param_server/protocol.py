@@ -1,9 +1,9 @@
 """The parameter server's wire protocol: who is who, which shard holds what, and the messages.
 
-Roles: ranks ``0 .. S-1`` are server shards, ranks ``S .. S+W-1`` are workers (worker ``i``
-is rank ``S + i``); any further ranks of the comm sit the run out. Shard ``k`` holds the
-contiguous range ``ranges[k] = [lo, hi)`` of the flat parameter buffer (DESIGN contract 3:
-a shard is a range), the first ``n % S`` shards one value longer than the rest.
+Roles (a :class:`PSTopology`): ranks ``0 .. S-1`` are server shards, ranks ``S .. S+W-1``
+are workers (worker ``i`` is rank ``S + i``). Shard ``k`` holds the contiguous range
+``ranges[k] = [lo, hi)`` of the flat parameter buffer (DESIGN contract 3: a shard is a
+range), the first ``n % S`` shards one value longer than the rest.
 
 Messages (NumPy arrays only, never pickles). ``Comm.recv`` does not report who sent a
 message, so every request names its sender inside a small int64 header:
@@ -26,10 +26,12 @@ message, so every request names its sender inside a small int64 header:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.comm import ANY_SOURCE, CommTimeout
 
 TAG_REQUEST, TAG_GRAD, TAG_REPLY, TAG_WEIGHTS = 40, 41, 42, 43
@@ -39,17 +41,72 @@ HELLO = -1
 OK, EVICTED, FINISHED = 0, 1, 2
 
 
-def shard_ranges(n_params: int, n_servers: int) -> list[tuple[int, int]]:
+def shard_ranges(n_params: int, servers: int) -> list[tuple[int, int]]:
     """Contiguous ``[lo, hi)`` ranges of a buffer of ``n_params`` values, one per server shard."""
-    if isinstance(n_servers, bool) or not isinstance(n_servers, (int, np.integer)) or n_servers < 1:
-        raise ValueError(f"n_servers must be a positive int, got {n_servers!r}")
-    if n_servers > n_params:
-        raise ValueError(f"n_servers={n_servers}: {n_servers} server shards for {n_params} "
+    if isinstance(servers, bool) or not isinstance(servers, (int, np.integer)) or servers < 1:
+        raise ValueError(f"servers must be a positive int, got {servers!r}")
+    if servers > n_params:
+        raise ValueError(f"servers={servers}: {servers} server shards for {n_params} "
                          f"parameters: every shard needs at least one parameter, so use at "
                          f"most {n_params} servers")
-    base, extra = divmod(n_params, n_servers)
-    bounds = np.cumsum([0] + [base + (k < extra) for k in range(n_servers)])
+    base, extra = divmod(n_params, servers)
+    bounds = np.cumsum([0] + [base + (k < extra) for k in range(servers)])
     return [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+
+_SERVERS_HINT = " (server shards, at least one)"
+_WORKERS_HINT = " (a parameter server needs at least one worker)"
+
+
+@dataclass(frozen=True)
+class PSTopology:
+    """Who is who in a run: ``servers`` shards on ranks ``0 .. S-1``, ``workers`` workers on
+    ranks ``S .. S+W-1`` (the module docstring). The run's shape, kept out of
+    :class:`~coursekit.parallel.param_server.config.PSConfig` as chapters 3 and 6 keep
+    theirs (``train(runner, config, data, workers=...)``);
+    :meth:`~coursekit.parallel.param_server.config.PSConfig.check_topology` says whether a
+    run fits it."""
+
+    servers: int
+    workers: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "servers", checks.integer(self.servers, "servers", at_least=1,
+                                                           hint=_SERVERS_HINT))
+        object.__setattr__(self, "workers", checks.integer(self.workers, "workers", at_least=1,
+                                                           hint=_WORKERS_HINT))
+
+    @classmethod
+    def on(cls, size: int, servers=1, workers=None, where: str = "the comm") -> PSTopology:
+        """The topology of a run on the first ranks of ``size`` (``where``, for messages):
+        ``workers=None`` takes every rank that is not a server; ValueError if it needs more."""
+        if workers is None:
+            checks.integer(servers, "servers", at_least=1, hint=_SERVERS_HINT)
+            if size - servers < 1:
+                raise ValueError(f"servers={servers} leave no rank of {where} ({size} ranks) "
+                                 f"for a worker{_WORKERS_HINT}: use at most {size - 1} "
+                                 f"server(s) or more ranks")
+            workers = size - servers
+        topology = cls(servers, workers)
+        if topology.n_ranks > size:
+            room = size - topology.servers
+            fix = (f"use at most {room} workers with {topology.servers} server(s)" if room >= 1
+                   else f"use at most {size - 1} server(s)")
+            raise ValueError(f"workers={topology.workers} and servers={topology.servers} need "
+                             f"{topology.n_ranks} ranks but {where} has {size}: {fix}")
+        return topology
+
+    @property
+    def n_ranks(self) -> int:
+        return self.servers + self.workers
+
+    @property
+    def worker_ranks(self) -> range:
+        return range(self.servers, self.n_ranks)
+
+    def ranges(self, n_params: int) -> list[tuple[int, int]]:
+        """Every shard's ``[lo, hi)`` in a buffer of ``n_params`` (:func:`shard_ranges`)."""
+        return shard_ranges(n_params, self.servers)
 
 
 class Request(NamedTuple):

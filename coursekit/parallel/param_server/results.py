@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from coursekit.parallel.param_server.config import PSConfig
+from coursekit.parallel.param_server.protocol import PSTopology
 
 
 @dataclass
@@ -69,9 +70,11 @@ class WorkerReport:
 
 @dataclass
 class PSResult:
-    """A whole run: ``params`` (the shards' weights, concatenated), reports, and summaries."""
+    """A whole run of ``config`` on ``topology`` (its servers and workers): ``params`` (the
+    shards' weights, concatenated), reports, and summaries."""
 
     config: PSConfig
+    topology: PSTopology
     params: np.ndarray
     servers: list
     workers: list  # WorkerReport, or None for a worker whose process died
@@ -139,7 +142,7 @@ class PSResult:
         c = self.config
         model = f"SSP s={c.staleness}" if c.model == "ssp" else c.model.upper()
         stale = self.staleness
-        lines = [f"{model}: {c.n_workers} workers, {c.n_servers} shard(s), "
+        lines = [f"{model}: {self.topology.workers} workers, {self.topology.servers} shard(s), "
                  f"{self.applied} gradients applied in {self.wall_s:.2f} s; staleness max {stale.max(initial=0)}, "
                  f"mean {stale.mean() if len(stale) else 0:.2f}"]
         lines += [f"worker {d['worker']} lost at t = {d['t']:.2f} s (clock {d['clock']})"

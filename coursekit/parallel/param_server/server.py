@@ -41,11 +41,12 @@ log = logging.getLogger(__name__)
 class ShardServer:
     """The state and the request handlers of one shard (:func:`serve` runs its loop)."""
 
-    def __init__(self, comm, config, shard: int, gate=ssp_gate):
-        self.comm, self.cfg, self.shard, self.gate = comm, config, shard, gate
+    def __init__(self, comm, config, topology, shard: int, gate=ssp_gate):
+        self.comm, self.cfg, self.topology = comm, config, topology
+        self.shard, self.gate = shard, gate
         self.t0 = now()  # the caller resets it at the start barrier
-        self.lo, self.hi = config.ranges[shard]
-        n = config.n_workers
+        self.lo, self.hi = topology.ranges(config.n_params)[shard]
+        n = topology.workers
         self.params = config.initial_params()[self.lo:self.hi].copy()
         self.opt = make_optimizer(self.params, config.lr, config.momentum)
         make_optimizer(self.params.copy(), config.lr, config.momentum).step(
@@ -63,9 +64,9 @@ class ShardServer:
         self.errors, self.lost, self.checkpoints = [], [], []
 
     def _restore(self) -> None:
-        cfg = self.cfg
-        state = ShardState.load(cfg.checkpoint_dir, self.shard, cfg.n_servers, lo=self.lo,
-                                hi=self.hi, n_workers=cfg.n_workers)
+        cfg, topology = self.cfg, self.topology
+        state = ShardState.load(cfg.checkpoint_dir, self.shard, topology.servers, lo=self.lo,
+                                hi=self.hi, workers=topology.workers)
         self.params[...] = state.params
         if state.velocity is not None and hasattr(self.opt, "velocity"):
             self.opt.velocity[...] = state.velocity
@@ -85,11 +86,11 @@ class ShardServer:
     # ---- requests ---------------------------------------------------------------------------
     def handle(self, head: np.ndarray) -> None:
         try:
-            req = decode_request(head, self.cfg.worker_ranks)
+            req = decode_request(head, self.topology.worker_ranks)
         except ValueError as exc:
             self.log_error(f"dropped a malformed request: {exc}")
             return
-        w = req.worker_rank - self.cfg.n_servers
+        w = req.worker_rank - self.topology.servers
         self.last_heard[w] = self.elapsed()
         if not self.live[w]:
             if req.op == PUSH:
@@ -153,7 +154,7 @@ class ShardServer:
             self.checkpoints.append(str(self.state().save(self.cfg.checkpoint_dir)))
 
     def reply(self, w: int, status: int) -> None:
-        send_reply(self.comm, self.cfg.worker_ranks[w], self.version, self.applied,
+        send_reply(self.comm, self.topology.worker_ranks[w], self.version, self.applied,
                    int(self.clocks[w]), status, self.params)
         self.last_heard[w] = self.elapsed()
 
@@ -174,7 +175,7 @@ class ShardServer:
         for w in newly:
             self.live[w] = False
             self.lost.append((int(w), t, int(self.clocks[w])))
-            self.log_error(f"worker {w} (rank {self.cfg.worker_ranks[w]}) sent nothing for "
+            self.log_error(f"worker {w} (rank {self.topology.worker_ranks[w]}) sent nothing for "
                       f"{self.cfg.worker_timeout:g} s at clock {self.clocks[w]}: declared lost")
         if newly:
             self._advance()
@@ -195,7 +196,7 @@ class ShardServer:
     def state(self) -> ShardState:
         velocity = getattr(self.opt, "velocity", None)
         return ShardState(
-            self.shard, self.cfg.n_servers, self.lo, self.hi, self.params.copy(),
+            self.shard, self.topology.servers, self.lo, self.hi, self.params.copy(),
             None if velocity is None else velocity.copy(), self.version, self.applied,
             self.clocks.copy())
 

@@ -35,18 +35,21 @@ class Crashed(Exception):
 
 
 class Worker:
-    """Worker ``worker`` of ``config``: owns a model replica whose params are its weights."""
+    """Worker ``worker`` of ``config`` on ``topology`` (a
+    :class:`~coursekit.parallel.param_server.protocol.PSTopology`): owns a model replica
+    whose params are its weights."""
 
-    def __init__(self, comm, config, worker: int, data):
+    def __init__(self, comm, config, topology, worker: int, data):
         self.comm, self.cfg, self.worker = comm, config, worker
         self.t0 = now()  # the caller resets it at the start barrier
-        self.rank = config.worker_ranks[worker]
+        self.rank = topology.worker_ranks[worker]
+        self.ranges = topology.ranges(config.n_params)
         self.mlp = MLP(config.sizes, dtype=config.dtype, seed=config.seed)
-        X, y = shard(data.X_train, data.y_train, worker, config.n_workers)
+        X, y = shard(data.X_train, data.y_train, worker, topology.workers)
         self.X, self.y = self.mlp.check_batch(X, y)
         self.X_test, self.y_test = data.X_test, data.y_test
         self.grad = np.empty_like(self.mlp.params)
-        self.versions = np.zeros(config.n_servers, np.int64)
+        self.versions = np.zeros(topology.servers, np.int64)
         self.applied = 0
         self.jitter = np.random.default_rng([config.seed, worker, 1 << 30])
         self.delay = float(config.straggler.get(worker, 0.0))
@@ -91,13 +94,13 @@ class Worker:
 
     # ---- talk to the shards -------------------------------------------------------------------
     def request_weights(self, clock: int) -> None:
-        for server in range(self.cfg.n_servers):
+        for server in range(len(self.ranges)):
             send_request(self.comm, server, PULL, self.rank, clock)
 
     def receive_weights(self) -> tuple[list[int], list[int]]:
         """Every shard's reply, written into the weights; returns (clocks, statuses)."""
         start, clocks, statuses = self.elapsed(), [], []
-        for server, (lo, hi) in enumerate(self.cfg.ranges):
+        for server, (lo, hi) in enumerate(self.ranges):
             version, applied, clock, status = recv_reply(self.comm, server, self.weights[lo:hi])
             self.versions[server] = version
             clocks.append(clock)
@@ -113,7 +116,7 @@ class Worker:
 
     def push(self, grad: np.ndarray, clock: int, read_versions: np.ndarray, n_steps: int) -> None:
         start = self.elapsed()
-        for server, (lo, hi) in enumerate(self.cfg.ranges):
+        for server, (lo, hi) in enumerate(self.ranges):
             send_request(self.comm, server, PUSH, self.rank, clock, int(read_versions[server]),
                          n_steps, grad[lo:hi])
         self._span("send", start)
@@ -121,12 +124,12 @@ class Worker:
     def send_grad(self, grad: np.ndarray, tag: int) -> None:
         """BSP: the bare gradient slices, no request header (the shard knows who sends)."""
         start = self.elapsed()
-        for server, (lo, hi) in enumerate(self.cfg.ranges):
+        for server, (lo, hi) in enumerate(self.ranges):
             self.comm.send(grad[lo:hi], server, tag)
         self._span("send", start)
 
     def done(self, clock: int) -> None:
-        for server in range(self.cfg.n_servers):
+        for server in range(len(self.ranges)):
             send_request(self.comm, server, DONE, self.rank, clock)
 
     # ---- record -------------------------------------------------------------------------------
