@@ -163,17 +163,43 @@ def clear_all_outputs(page, attempts: int = 4) -> None:
 
 
 def wait_until_executed(page, timeout_ms: int) -> None:
-    """No cell queued or running, the kernel idle, some output shown."""
-    page.wait_for_function(
+    """No cell queued or running, the kernel idle, some output shown; on a timeout, an
+    AssertionError saying which cells were still queued or running and what they showed."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            """() => {
+                const prompts = [...document.querySelectorAll('.jp-InputArea-prompt')];
+                const status = document.querySelector('.jp-Notebook-ExecutionIndicator');
+                return prompts.length > 0 && prompts.every(p => !p.textContent.includes('*'))
+                    && status && status.getAttribute('data-status') === 'idle'
+                    && document.querySelectorAll('.jp-OutputArea-output').length > 0;
+            }""",
+            timeout=timeout_ms,
+        )
+    except PlaywrightTimeout:
+        raise AssertionError(f"the notebook did not finish within {timeout_ms / 1000:.0f} s; "
+                             + describe_execution(page)) from None
+
+
+def describe_execution(page) -> str:
+    """The execution indicator's status, and every cell still queued or running ([*]) with
+    the start of its code and the end of its output."""
+    return page.evaluate(
         """() => {
-            const prompts = [...document.querySelectorAll('.jp-InputArea-prompt')];
             const status = document.querySelector('.jp-Notebook-ExecutionIndicator');
-            return prompts.length > 0 && prompts.every(p => !p.textContent.includes('*'))
-                && status && status.getAttribute('data-status') === 'idle'
-                && document.querySelectorAll('.jp-OutputArea-output').length > 0;
-        }""",
-        timeout=timeout_ms,
-    )
+            const busy = [...document.querySelectorAll('.jp-CodeCell')].map((cell, i) => {
+                const prompt = cell.querySelector('.jp-InputArea-prompt');
+                if (!prompt || !prompt.textContent.includes('*')) return null;
+                const code = cell.querySelector('.jp-InputArea-editor').innerText.slice(0, 120);
+                const out = cell.querySelector('.jp-OutputArea');
+                return `code cell ${i} ${prompt.textContent.trim()}: ${JSON.stringify(code)}`
+                    + ` output ends ${JSON.stringify(out ? out.innerText.slice(-300) : '')}`;
+            }).filter(x => x);
+            return `indicator ${status ? status.getAttribute('data-status') : 'missing'}; `
+                + `${busy.length} cell(s) queued or running:\\n` + busy.join('\\n');
+        }""")
 
 
 def shut_down_kernel(page, lab: Lab, timeout: float = 30) -> None:
