@@ -86,6 +86,10 @@ for r in (bsp_j, ssp_j):
                          f"idle {np.nanmean(r.idle_s) / r.wall_s:.0%} of the time")
 show()
 
+# %%
+idle = {r.config.model: np.nanmean(r.idle_s) / r.wall_s for r in (bsp_j, ssp_j)}
+assert idle["ssp"] < idle["bsp"], f"SSP idled {idle['ssp']:.0%} of the time, BSP {idle['bsp']:.0%}"
+
 # %% [markdown]
 # The price of SSP is staleness: a gradient can be applied up to `s` versions after the
 # weights it was computed on, never more. ASP has no bound at all:

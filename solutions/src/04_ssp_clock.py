@@ -46,24 +46,35 @@ check_ssp_gate(ssp_gate)
 # %% [markdown]
 # ## Your gate at work
 #
-# Three workers, the third one 4 ms slower per step than the others. With a larger bound
-# the fast workers wait less (idle time falls) and their gradients get staler (the
-# histogram spreads), never beyond `s`.
+# Three workers, the third one 4 ms slower per step than the others. A larger bound lets
+# the two fast workers run up to `s` steps ahead, so they wait about `s` x 4 ms less in
+# all: little, because a worker that is slow at every step still sets the pace (SSP
+# absorbs transient slowness: chapter 4's jitter run). What the bound changes is
+# staleness: the histogram spreads, never beyond `s`. The cell checks both; thread timing
+# on a busy machine can hide the two-step bound's saving, so only the six-step bound's is.
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 from coursekit.data import load_digits
 from coursekit.parallel.param_server import PSConfig, train
 from coursekit.runner import LocalRunner
 
 digits = load_digits()
 bounds = (0, 2, 6)
+results = {}
 fig, axes = plt.subplots(1, len(bounds), figsize=(10, 2.8), sharey=True, layout="constrained")
 for ax, s in zip(axes, bounds):
     config = PSConfig(model="ssp", staleness=s, steps=60, straggler={2: 0.004})
-    result = train(LocalRunner(4), config, digits, workers=3, gate=ssp_gate)
+    result = results[s] = train(LocalRunner(4), config, digits, workers=3, gate=ssp_gate)
     values, counts = np.unique(result.staleness, return_counts=True)
     ax.bar(values, counts)
     ax.set(title=f"s = {s}: max staleness {result.staleness.max()}", xlabel="staleness")
     integer_ticks(ax, "xy")
 axes[0].set_ylabel("applied gradients")
 show()
+fast_idle = {s: 1e3 * np.nanmean(r.idle_s[:2]) for s, r in results.items()}
+print("the fast workers' idle time (ms):", {s: round(t) for s, t in fast_idle.items()})
+print("mean staleness:", {s: round(float(r.staleness.mean()), 2) for s, r in results.items()})
+assert all(r.staleness.max() <= s for s, r in results.items())
+assert results[0].staleness.mean() < results[2].staleness.mean() < results[6].staleness.mean()
+assert fast_idle[6] < fast_idle[0]
