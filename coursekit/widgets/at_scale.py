@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from coursekit.sim.at_scale import GPU_COUNTS, AtScaleResult, simulate_at_scale
+from coursekit.sim.at_scale import GPU_COUNTS, AtScaleConfig, AtScaleResult, simulate_at_scale
 from coursekit.viz.at_scale import plot_at_scale
 from coursekit.widgets.panel import Panel, png
 
@@ -30,7 +30,8 @@ ALLREDUCE = (("flat ring", "ring"), ("hierarchical", "hierarchical"))
 
 
 class AtScalePanel(Panel):
-    """Controls for :func:`~coursekit.sim.at_scale.simulate_at_scale`; ``panel.result`` is the latest
+    """Controls for :func:`~coursekit.sim.at_scale.simulate_at_scale` (the defaults and the
+    checks are :class:`~coursekit.sim.at_scale.AtScaleConfig`'s); ``panel.result`` is the latest
     :class:`AtScaleResult` (None after an impossible setting), ``panel.status`` says
     efficiency, images/s and minutes for 90 epochs."""
 
@@ -56,15 +57,16 @@ class AtScalePanel(Panel):
                           self.jitter], columns=2, auto=True)
         self.run()
 
-    def settings(self) -> dict:
-        """The controls as keyword arguments of :func:`~coursekit.sim.at_scale.simulate_at_scale`."""
-        return dict(gpus=self.gpus.value, algorithm=self.algorithm.value,
-                    fusion_bytes=self.fusion.value, fp16=self.fp16.value, batch=self.batch.value,
-                    jitter=self.jitter.value, network=self.network)
+    def config(self) -> AtScaleConfig:
+        """The :class:`~coursekit.sim.at_scale.AtScaleConfig` the controls describe."""
+        return AtScaleConfig(gpus=self.gpus.value, algorithm=self.algorithm.value,
+                             fusion_bytes=self.fusion.value, fp16=self.fp16.value,
+                             batch=self.batch.value, jitter=self.jitter.value,
+                             network=self.network)
 
     def compute(self):
         """Simulate the current settings."""
-        return simulate_at_scale(**self.settings())
+        return simulate_at_scale(self.config())
 
     def show(self, r: AtScaleResult) -> None:
         straggle = f", slowest GPU x{r.slowest:.2f}" if r.slowest > 1 else ""

@@ -12,11 +12,11 @@ from coursekit.sim import resnet50  # noqa: E402
 from coursekit.sim.step import simulate_step  # noqa: E402
 from coursekit.viz import figure_problems  # noqa: E402
 from coursekit.viz.at_scale import draw_step, plot_at_scale  # noqa: E402
-from coursekit.sim.at_scale import GPU_COUNTS, simulate_at_scale  # noqa: E402
+from coursekit.sim.at_scale import GPU_COUNTS, AtScaleConfig, simulate_at_scale  # noqa: E402
 
 
 def test_the_chosen_count_is_marked_on_the_curve_and_its_step_drawn_beside():
-    r = simulate_at_scale(gpus=256, fusion_bytes=16 << 20, jitter=0.05)
+    r = simulate_at_scale(AtScaleConfig(gpus=256, fusion_bytes=16 << 20, jitter=0.05))
     fig = plot_at_scale(r, "ResNet-50")
     assert figure_problems(fig, cropped_to_content=False) == []
     ax_e, ax_t = fig.axes

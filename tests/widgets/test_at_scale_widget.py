@@ -5,7 +5,7 @@ import pytest
 
 from coursekit.sim import resnet50
 from coursekit.sim.step import Stragglers, scaling
-from coursekit.sim.at_scale import EPOCH_IMAGES, GPU_COUNTS, simulate_at_scale
+from coursekit.sim.at_scale import EPOCH_IMAGES, GPU_COUNTS, AtScaleConfig, simulate_at_scale
 from coursekit.widgets.at_scale import AtScalePanel
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -68,16 +68,38 @@ def test_more_gpus_never_raise_efficiency_and_stragglers_cost_more_at_scale():
     small_loss = 1 - panel.result.efficiency / clean
     panel.gpus.value = 4096
     big = panel.result
-    no_jitter = simulate_at_scale(gpus=4096)
+    no_jitter = simulate_at_scale(AtScaleConfig(gpus=4096))
     assert 1 - big.efficiency / no_jitter.efficiency > small_loss  # the max of more draws
     assert big.slowest == pytest.approx(Stragglers(jitter=0.1).factors(4096).max())
 
 
-def test_bad_settings():
-    with pytest.raises(ValueError, match="gpus must be one of"):
-        simulate_at_scale(gpus=1000)
-    with pytest.raises(ValueError, match=r"fusion_bytes=-1: must be >= 0 \(the tensor-fusion"):
-        simulate_at_scale(fusion_bytes=-1)
+@pytest.mark.parametrize("settings, error, message", [
+    (dict(gpus=1000), ValueError, "gpus must be one of"),
+    (dict(gpus=1024.0), TypeError, "gpus"),
+    (dict(algorithm="star"), ValueError, r"unknown allreduce algorithm 'star'; allowed: \('ring'"),
+    (dict(algorithm=1), TypeError, "algorithm"),
+    (dict(fusion_bytes=-1), ValueError, r"fusion_bytes=-1: must be >= 0 \(the tensor-fusion"),
+    (dict(fp16=1), TypeError, "fp16"),
+    (dict(batch=0), ValueError, "batch"),
+    (dict(jitter=-0.1), ValueError, "jitter"),
+    (dict(network=[("inter_bandwidth", 1.0)]), TypeError, "network"),
+])
+def test_bad_settings_are_refused_by_the_config(settings, error, message):
+    with pytest.raises(error, match=message):
+        AtScaleConfig(**settings)
+
+
+def test_the_experiment_takes_its_config_and_keeps_it():
+    config = AtScaleConfig(gpus=256, algorithm="ring")
+    result = simulate_at_scale(config)
+    assert result.config is config and result.gpus == 256
+    with pytest.raises(TypeError, match="config"):
+        simulate_at_scale()  # one config, as every chapter takes
+    with pytest.raises(TypeError, match="config must be"):
+        simulate_at_scale({"gpus": 256})
+
+
+def test_a_bad_network_is_an_error_in_the_panel():
     panel = AtScalePanel(network={"inter_bandwidth": -1.0})
     assert panel.result is None and panel.status.value.startswith("error:")
     assert "inter_bandwidth" in panel.status.value
