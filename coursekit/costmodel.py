@@ -332,6 +332,16 @@ class LinkFit:
         return self.alpha + self.beta * np.asarray(nbytes, dtype=float)
 
 
+def check_link(link) -> tuple[float, float]:
+    """``(link.alpha, link.beta)``: finite numbers, or a TypeError / ValueError saying what
+    a link is."""
+    if not (hasattr(link, "alpha") and hasattr(link, "beta")):
+        raise TypeError(f"link must have .alpha (s) and .beta (s/B): a measure.link(...) result "
+                        f"or costmodel.LinkFit(alpha, beta); got {type(link).__name__} "
+                        f"{link!r:.60}")
+    return checks.real(link.alpha, "link.alpha"), checks.real(link.beta, "link.beta")
+
+
 def fit(sizes, times) -> LinkFit:
     """Least-squares alpha (s) and beta (s/B) of ``times ~ alpha + beta * sizes``.
 

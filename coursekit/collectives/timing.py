@@ -114,16 +114,6 @@ class CollectiveTiming:
         return self.config.algorithm
 
 
-def check_link(link) -> tuple[float, float]:
-    """``(link.alpha, link.beta)``: finite numbers, or a TypeError / ValueError saying what
-    a link is."""
-    if not (hasattr(link, "alpha") and hasattr(link, "beta")):
-        raise TypeError(f"link must have .alpha (s) and .beta (s/B): a measure.link(...) result "
-                        f"or costmodel.LinkFit(alpha, beta); got {type(link).__name__} "
-                        f"{link!r:.60}")
-    return checks.real(link.alpha, "link.alpha"), checks.real(link.beta, "link.beta")
-
-
 def measure_and_predict(runner: Runner, config: TimingConfig, link, *,
                         workers: int | None = None) -> CollectiveTiming:
     """Time ``config``'s collective at each of its sizes on the first ``workers`` ranks of
@@ -136,7 +126,7 @@ def measure_and_predict(runner: Runner, config: TimingConfig, link, *,
     """
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     checks.instance(config, "config", TimingConfig)
-    alpha, beta = check_link(link)
+    alpha, beta = costmodel.check_link(link)
     p = runner.check_workers(workers)
     shared = p if config.collective in _SHARED else 1
     nbytes = np.array([4 * max(s // 4 // shared, 1) * shared for s in config.sizes])

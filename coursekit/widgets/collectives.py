@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from coursekit import costmodel
 from coursekit.collectives import ALGORITHMS, DEFAULT_ALGORITHM
 from coursekit.collectives.timing import TimingConfig, measure_and_predict
+from coursekit.costmodel import check_link
 from coursekit.viz import byte_label
 from coursekit.viz.collectives import plot_timing
 from coursekit.widgets.panel import Panel, png, run_target, size_limit
@@ -27,19 +27,20 @@ SIZES = tuple(1 << k for k in range(10, 27, 2))  # 1 KiB .. 64 MiB
 class CollectivesPanel(Panel):
     """Controls: collective, algorithm, number of ranks, largest message size; a Run button.
 
-    ``max_ranks``: the largest p offered (None: the runner's or cluster's size). ``alpha`` (s) and
-    ``beta`` (s/B) are the fitted link parameters used for predictions (``experiment``, the
-    :func:`~coursekit.collectives.timing.measure_and_predict` it calls, gets them as a
-    :class:`~coursekit.costmodel.LinkFit`); the latest
+    ``max_ranks``: the largest p offered (None: the runner's or cluster's size). ``link``: the
+    fitted link the predictions use, anything with ``.alpha`` (s) and ``.beta`` (s/B)
+    (``measure.link(runner)``, or a :class:`~coursekit.costmodel.LinkFit`), passed on to
+    ``experiment`` (:func:`~coursekit.collectives.timing.measure_and_predict`); the latest
     :class:`~coursekit.collectives.timing.CollectiveTiming` is ``panel.result``.
     ``panel_options`` (``cluster`` or ``runner``, ``restart``, ``prepare``) go to
     :class:`Panel`.
     """
 
-    def __init__(self, max_ranks: int | None = None, *, alpha: float, beta: float,
-                 repeats: int = 3, experiment=measure_and_predict, **panel_options):
+    def __init__(self, max_ranks: int | None = None, *, link, repeats: int = 3,
+                 experiment=measure_and_predict, **panel_options):
         max_ranks = size_limit("max_ranks", max_ranks, run_target(panel_options))
-        self.alpha, self.beta, self.repeats = alpha, beta, repeats
+        check_link(link)
+        self.link, self.repeats = link, repeats
         self.experiment = experiment
         style = {"description_width": "110px"}
         self.collective = widgets.Dropdown(options=list(ALGORITHMS), value="allreduce",
@@ -63,8 +64,7 @@ class CollectivesPanel(Panel):
         """Measure with the current settings."""
         sizes = [s for s in SIZES if s <= self.size.value]
         config = TimingConfig(self.collective.value, self.algorithm.value, sizes, self.repeats)
-        return self.experiment(self.runner(), config, costmodel.LinkFit(self.alpha, self.beta),
-                               workers=self.ranks.value)
+        return self.experiment(self.runner(), config, self.link, workers=self.ranks.value)
 
     def show(self, r) -> None:
         self.say(f"largest: {r.measured[-1] * 1e3:.3g} ms measured, "

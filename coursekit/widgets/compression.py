@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from coursekit.costmodel import check_link
 from coursekit.parallel.compression import COMPRESSORS, make_compressor
 from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.viz.compression import plot_runs
@@ -47,15 +48,17 @@ def exchange_comparison(result, alpha: float, beta: float) -> str:
 class CompressionPanel(Panel):
     """Controls and plot; ``panel.results`` holds every run since the last Clear.
 
-    ``alpha`` (s) and ``beta`` (s/B): the link, for the cost model. ``panel_options``
+    ``link``: the fitted link the cost model uses, anything with ``.alpha`` (s) and ``.beta``
+    (s/B) (``measure.link(runner)``, or a :class:`~coursekit.costmodel.LinkFit`). ``panel_options``
     (``cluster``: a started cluster with a Comm on its engines, or ``runner``: e.g.
     ``LocalRunner(4)``; ``restart``, ``prepare``) go to :class:`Panel`.
     """
 
-    def __init__(self, *, alpha: float, beta: float, max_workers: int | None = None,
-                 epochs: int = 10, seed: int = 0, experiment=train, **panel_options):
+    def __init__(self, *, link, max_workers: int | None = None, epochs: int = 10,
+                 seed: int = 0, experiment=train, **panel_options):
         max_workers = size_limit("max_workers", max_workers, run_target(panel_options))
-        self.alpha, self.beta, self.seed = alpha, beta, seed
+        self.alpha, self.beta = check_link(link)
+        self.seed = seed
         self.experiment = experiment
         style = {"description_width": "110px"}
         self.compressor = widgets.Dropdown(options=list(COMPRESSORS), value="topk",

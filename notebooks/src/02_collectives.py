@@ -215,8 +215,8 @@ print(f"PASS: the pair model is optimistic (median measured/predicted {np.median
 # %%
 from coursekit.widgets.collectives import CollectivesPanel
 
-panel = CollectivesPanel(cluster=c, alpha=exchange_link.alpha, beta=exchange_link.beta,
-                         restart=lambda: cluster.start(n=4), prepare=setup_comm)
+panel = CollectivesPanel(cluster=c, link=exchange_link, restart=lambda: cluster.start(n=4),
+                         prepare=setup_comm)
 panel
 
 # %%

@@ -188,7 +188,7 @@ assert abs(runs["sign + EF"].final_accuracy - dense) <= 0.01
 # %%
 from coursekit.widgets.compression import CompressionPanel
 
-panel = CompressionPanel(cluster=c, alpha=alpha, beta=beta, restart=lambda: cluster.start(n=4),
+panel = CompressionPanel(cluster=c, link=link, restart=lambda: cluster.start(n=4),
                          prepare=setup_comm)
 panel
 

@@ -3,12 +3,13 @@
 import pytest
 
 from coursekit.collectives import ALGORITHMS
+from coursekit.costmodel import LinkFit
 from coursekit.runner import LocalRunner
 from coursekit.widgets.collectives import CollectivesPanel
 
 
 def test_panel_runs_and_follows_the_controls():
-    panel = CollectivesPanel(alpha=1e-5, beta=1e-9, repeats=1, runner=LocalRunner(4))
+    panel = CollectivesPanel(link=LinkFit(1e-5, 1e-9), repeats=1, runner=LocalRunner(4))
     panel.collective.value = "bcast"
     assert panel.algorithm.options == ALGORITHMS["bcast"]
     panel.algorithm.value = "scatter_allgather"
@@ -25,4 +26,17 @@ def test_panel_runs_and_follows_the_controls():
 
 def test_panel_rejects_bad_size():
     with pytest.raises(ValueError, match="max_ranks"):
-        CollectivesPanel(max_ranks=0, alpha=1e-5, beta=1e-9, runner=LocalRunner(4))
+        CollectivesPanel(max_ranks=0, link=LinkFit(1e-5, 1e-9), runner=LocalRunner(4))
+
+
+def test_panel_predicts_with_its_link_and_refuses_what_is_not_one():
+    from coursekit import costmodel
+
+    panel = CollectivesPanel(link=LinkFit(1e-5, 1e-9), repeats=1, runner=LocalRunner(2))
+    panel.size.value = 1 << 12
+    panel.run()
+    r = panel.result
+    assert r.predicted.tolist() == costmodel.predict(r.collective, r.algorithm, 2, r.nbytes,
+                                                     1e-5, 1e-9).tolist()
+    with pytest.raises(TypeError, match=r"link must have \.alpha"):
+        CollectivesPanel(link=(1e-5, 1e-9), runner=LocalRunner(2))

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from coursekit.costmodel import LinkFit
 from coursekit.data import load_digits
 from coursekit.nn import MLP, train as train_serial
 from coursekit.parallel.compression.experiment import CompressionConfig, train
@@ -12,6 +13,7 @@ from coursekit.runner import LocalRunner
 from coursekit.widgets.compression import VALUES, CompressionPanel, exchange_comparison
 
 ALPHA, BETA = 50e-6, 1 / 1.5e9
+LINK = LinkFit(ALPHA, BETA)
 THREADS = LocalRunner(4)
 
 
@@ -22,7 +24,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
         calls.append((runner, setup, kwargs["workers"]))
         return train(runner, setup, **kwargs)
 
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=3, epochs=2, seed=4,
+    panel = CompressionPanel(link=LINK, max_workers=3, epochs=2, seed=4,
                              experiment=experiment, runner=THREADS)
     panel.compressor.value = "qsgd"
     assert panel.value.description == "levels" and panel.value.value == 4
@@ -45,7 +47,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
 
 
 def test_parameterless_compressors_disable_the_value_slider_and_runs_accumulate():
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2, epochs=1, runner=THREADS)
+    panel = CompressionPanel(link=LINK, max_workers=2, epochs=1, runner=THREADS)
     panel.compressor.value = "sign"
     assert panel.value.disabled and panel.config().value is None
     panel.run_button.click()
@@ -60,7 +62,7 @@ def test_parameterless_compressors_disable_the_value_slider_and_runs_accumulate(
 
 
 def test_error_feedback_is_on_by_default_for_biased_compressors_only():
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=2, runner=THREADS)
+    panel = CompressionPanel(link=LINK, max_workers=2, runner=THREADS)
     defaults = {}
     for name in ("topk", "qsgd", "sign", "terngrad", "powersgd", "randomk", "uniform"):
         panel.compressor.value = name
@@ -71,7 +73,7 @@ def test_error_feedback_is_on_by_default_for_biased_compressors_only():
 
 @pytest.mark.slow  # two 10-epoch trainings of 4 workers, each drawn
 def test_qsgd_with_error_feedback_diverges_with_one_readable_error():
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=4, epochs=10, runner=THREADS)
+    panel = CompressionPanel(link=LINK, max_workers=4, epochs=10, runner=THREADS)
     panel.compressor.value = "qsgd"
     panel.error_feedback.value = True
     assert panel.run() is None
@@ -88,7 +90,7 @@ def test_panel_reports_errors_in_the_status_line():
     def experiment(runner, setup, **kwargs):
         raise ValueError("p=3 workers but the cluster has 2 engines")
 
-    panel = CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=3, experiment=experiment,
+    panel = CompressionPanel(link=LINK, max_workers=3, experiment=experiment,
                              runner=THREADS)
     assert panel.run() is None
     assert panel.status.value.startswith("error: p=3 workers")
@@ -104,7 +106,12 @@ def test_every_value_choice_is_accepted():
 
 def test_bad_max_workers():
     with pytest.raises(ValueError, match="max_workers must be a positive int"):
-        CompressionPanel(alpha=ALPHA, beta=BETA, max_workers=0, runner=THREADS)
+        CompressionPanel(link=LINK, max_workers=0, runner=THREADS)
+
+
+def test_a_link_without_alpha_and_beta_is_refused():
+    with pytest.raises(TypeError, match=r"link must have \.alpha"):
+        CompressionPanel(link={"alpha": ALPHA, "beta": BETA}, runner=THREADS)
 
 
 # ---- INT8 inference ---------------------------------------------------------------------------

@@ -287,6 +287,7 @@ def test_run_on_a_stopped_cluster_says_so_at_once(two_engines, tmp_path):
 
 def chapter_panels():
     """One panel of every chapter, built cheaply (no cluster: ThreadComm or simulations)."""
+    from coursekit.costmodel import LinkFit
     from coursekit.runner import LocalRunner
     from coursekit.widgets.at_scale import AtScalePanel
     from coursekit.widgets.backprop import BackpropPanel
@@ -296,10 +297,10 @@ def chapter_panels():
     from coursekit.widgets.param_server import ParamServerPanel
     from coursekit.widgets.pipeline import PipelinePanel
 
-    threads = LocalRunner(3)
-    return [BackpropPanel(), CollectivesPanel(alpha=1e-5, beta=1e-9, runner=threads),
+    threads, link = LocalRunner(3), LinkFit(1e-5, 1e-9)
+    return [BackpropPanel(), CollectivesPanel(link=link, runner=threads),
             DataParallelPanel(data=None, runner=threads), ParamServerPanel(runner=threads),
-            PipelinePanel(), CompressionPanel(alpha=1e-5, beta=1e-9, runner=threads),
+            PipelinePanel(), CompressionPanel(link=link, runner=threads),
             AtScalePanel()]
 
 
