@@ -235,6 +235,6 @@ def run_pipeline(runner, schedule: Schedule, data, *, mlp, recompute: bool = Fal
     check_step(schedule, mlp, X, y, recompute)  # before any rank starts
     if schedule.stages > runner.size:
         raise ValueError(f"the schedule has {schedule.stages} ranks but {runner.describe()} has "
-                         f"{runner.size}; allowed: schedules of at most {runner.size} ranks")
+                         f"{runner.size}; allowed: schedules of at most {runner.size} rank(s)")
     return combine_ranks(runner.run(execute, schedule, mlp, X, y, recompute=recompute,
                                     ranks=schedule.stages, timeout=timeout))
