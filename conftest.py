@@ -37,6 +37,24 @@ os.environ["COURSEKIT_STRICT_FIGURES"] = "1"
 collect_ignore = [] if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else ["tests/nn/test_nn_cuda_sim.py"]
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--numerics", choices=("host", "off-host"), default="host",
+        help="off-host: run the notebooks' kernels (and their engines) with NumPy's SIMD "
+             "dispatch and Numba's target below this CPU's, as on another machine "
+             "(coursekit.notebooks.off_host_numerics); make test passes it")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the first notebook cell starts its kernel, switch the run's environment to
+    off-host numerics when asked (unit tests before it keep the host's)."""
+    if item.config.getoption("numerics") == "off-host" and str(item.path).endswith(".ipynb"):
+        from coursekit.notebooks import off_host_numerics
+
+        os.environ.update(off_host_numerics())
+
+
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
 

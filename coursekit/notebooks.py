@@ -170,6 +170,26 @@ def execute(source: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
     return target
 
 
+def off_host_numerics() -> dict[str, str]:
+    """Environment variables under which a fresh process computes as another machine would.
+
+    Stored outputs are compared as text on every student's and CI's machine, so they must
+    not depend on this CPU. Two things here change floating-point bits from one CPU to the
+    next: NumPy picks SIMD kernels for float32 ``exp``, ``tanh``, ``log``, sums ... at run
+    time (AVX-512 on one machine, AVX2 on another, NEON on ARM; their results differ in the
+    last bits), and Numba compiles for the host CPU. Under these variables a process uses
+    NumPy's baseline kernels (``NPY_DISABLE_CPU_FEATURES`` names every dispatched feature
+    this CPU has) and Numba's generic target (``NUMBA_CPU_NAME=generic``).
+    ``pytest --numerics=off-host`` (what ``make test`` passes) starts the notebooks'
+    kernels, and so their engines, under them. OpenBLAS's kernel choice is left alone:
+    some processors need the ``OPENBLAS_CORETYPE`` their machine sets.
+    """
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    dispatched = [feature for feature in __cpu_dispatch__ if __cpu_features__.get(feature)]
+    return {"NUMBA_CPU_NAME": "generic", "NPY_DISABLE_CPU_FEATURES": " ".join(dispatched)}
+
+
 def drop_progress_bars(notebook: nbformat.NotebookNode) -> None:
     """Remove progress-bar outputs (tqdm widgets) from every code cell."""
     for cell in notebook.cells:

@@ -6,6 +6,7 @@ notebooks match their sources, exercises match their solutions, stubs fail
 their checks politely.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -180,3 +181,46 @@ def test_cli_rejects_a_missing_notebook_with_one_clear_line():
     assert result.stderr.strip().count("\n") == 0
     assert "no notebook source for 'notebooks/99_nope.ipynb'" in result.stderr
     assert "notebooks/src/00_setup.py" in result.stderr
+
+
+# ---- stored outputs that hold on any machine ---------------------------------------------------
+
+UNDERFLOW_BITS = ("import numpy as np; from coursekit.nn.mixed_precision_demos import underflow; "
+                  "print(np.asarray(underflow(epochs=2).grad_error, float).tobytes().hex())")
+
+
+def computed_bits(env_overrides: dict[str, str]) -> str:
+    """Chapter 8's mixed-precision errors, to the bit, from a fresh process."""
+    env = {**os.environ, **env_overrides}
+    result = subprocess.run([sys.executable, "-c", UNDERFLOW_BITS], capture_output=True,
+                            text=True, timeout=300, env=env, check=True)
+    return result.stdout.strip()
+
+
+@pytest.mark.slow  # two processes train for two epochs
+def test_off_host_numerics_compute_other_bits_than_the_host():
+    """`make test` re-runs the notebooks under off_host_numerics(): that only proves the
+    stored outputs portable if it really changes what the notebooks compute."""
+    forced = nb.off_host_numerics()
+    assert forced["NUMBA_CPU_NAME"] == "generic"
+    if not forced["NPY_DISABLE_CPU_FEATURES"]:
+        pytest.skip("this CPU has no SIMD feature above NumPy's baseline: nothing to force")
+    assert computed_bits(forced) != computed_bits({})
+
+
+@pytest.mark.slow  # two pytest runs, a kernel each
+@pytest.mark.parametrize("option, passes", [("--numerics=off-host", True), ("--numerics=host", False)])
+def test_numerics_option_reaches_the_notebooks_kernels(tmp_path, option, passes):
+    """A notebook whose stored output is what a kernel under off-host numerics prints."""
+    cell = nbformat.v4.new_code_cell(
+        "import os; print(os.environ.get('NUMBA_CPU_NAME'), 'NPY_DISABLE_CPU_FEATURES' in os.environ)",
+        execution_count=1, outputs=[nbformat.v4.new_output("stream", name="stdout", text="generic True\n")])
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), path)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_CPU_NAME", "NPY_DISABLE_CPU_FEATURES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "--nbval",
+         "--nbval-current-env", option, str(path), "-q"],
+        cwd=nb.ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert (result.returncode == 0) == passes, result.stdout[-2000:]
