@@ -19,12 +19,14 @@ All three pickle small (a path or the arrays), so they can be sent to engines.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ArraySource", "PackedFile", "SampleFiles", "as_source", "pack", "write_samples"]
+__all__ = ["ArraySource", "PackedFile", "SampleFiles", "as_source", "digest", "pack",
+           "write_samples"]
 
 MAGIC = b"COURSEKIT-PACK-1\n"
 _ALIGN = 64
@@ -182,3 +184,21 @@ def as_source(data) -> _Rows:
         return ArraySource(*data)
     raise TypeError("data must be an ArraySource/PackedFile/SampleFiles, an (X, y) pair or the "
                     f"path of a packed file; got {type(data).__name__}")
+
+
+def digest(data, chunk: int = 4096) -> str:
+    """The SHA-256 (first 16 hex digits) of every row of ``data`` (anything :func:`as_source`
+    takes), in order, with each array's dtype and row shape: two sources have the same
+    digest when they hold the same rows. A checkpoint records it so that a run resumed on
+    other data is told so (:mod:`coursekit.parallel.checkpoint`). Reads ``chunk`` rows at a
+    time, so a packed file larger than memory can be hashed."""
+    source = as_source(data)
+    n = len(source)
+    X, y = hashlib.sha256(), hashlib.sha256()
+    for start in range(0, n, chunk):
+        for h, a in zip((X, y), source.rows(np.arange(start, min(start + chunk, n)))):
+            if start == 0:
+                h.update(f"{a.dtype.str}{a.shape[1:]}".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+    whole = f"rows={n} X={X.hexdigest()} y={y.hexdigest()}"
+    return hashlib.sha256(whole.encode()).hexdigest()[:16]

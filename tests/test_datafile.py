@@ -5,7 +5,8 @@ import pickle
 import numpy as np
 import pytest
 
-from coursekit.datafile import ArraySource, PackedFile, SampleFiles, as_source, pack, write_samples
+from coursekit.datafile import (ArraySource, PackedFile, SampleFiles, as_source, digest, pack,
+                                write_samples)
 
 
 @pytest.fixture
@@ -61,3 +62,19 @@ def test_bad_files_and_rows_are_rejected(tmp_path, xy):
         ArraySource(*xy).rows([0, 37])
     with pytest.raises(ValueError, match="same number of rows"):
         pack(xy[0], xy[1][:3], tmp_path / "x.pack")
+
+
+def test_digest_names_the_rows_whatever_holds_them_and_changes_with_any_value(tmp_path):
+    """A checkpoint records it (coursekit.parallel.checkpoint): the same rows in a packed
+    file, in memory or read in other chunks give the same digest; one value, the row order
+    or a dtype changed gives another."""
+    rng = np.random.default_rng(3)
+    X, y = rng.standard_normal((50, 4)), rng.integers(0, 3, 50)
+    same = {digest((X, y)), digest((X, y), chunk=7), digest(pack(X, y, tmp_path / "p.bin")),
+            digest(write_samples(X, y, tmp_path / "s"), chunk=1)}
+    assert len(same) == 1
+    X2 = X.copy()
+    X2[31, 2] = np.nextafter(X2[31, 2], np.inf)
+    others = [digest((X2, y)), digest((X[::-1], y[::-1])), digest((X.astype(np.float32), y)),
+              digest((X, y + 1)), digest((X[:49], y[:49]))]
+    assert len(set(others) | same) == len(others) + 1

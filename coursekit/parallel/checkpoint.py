@@ -19,9 +19,16 @@ and the parameter server (:mod:`.param_server`) both save and resume through it.
   any update applied before it.
 
 Each state is saved by its own part (``state.save(directory)``) and read back by
-``RankState.load`` / ``ShardState.load``, which take the newest complete checkpoint and
-refuse, with a ValueError naming what differs, one that does not fit this run (another
-configuration or number of workers; other shard ranges or worker count).
+``RankState.load`` / ``ShardState.load``, which take the newest checkpoint whose files are
+complete, intact *and of this run*.
+
+**Which run wrote it.** Every file records its run's ``fingerprint``: a dict of everything
+that fixes the run's trajectory (the configuration's settings that matter, the topology,
+the training data's :func:`coursekit.datafile.digest`; :meth:`~.data_parallel.DPConfig.fingerprint`,
+:meth:`~.param_server.PSConfig.fingerprint`). A file whose fingerprint differs from this
+run's (a file copied from another run, another seed, momentum, data or number of workers),
+or whose arrays have another dtype or shape than this run needs, is *unusable* exactly as
+a damaged one is: skipped with the fallback warning that names it and says what differs.
 
 **Guarantees** (the file mechanics: :func:`write`, :func:`read`, :class:`Series`):
 
@@ -39,10 +46,16 @@ configuration or number of workers; other shard ranges or worker count).
   that the rename itself survives a power cut. A process killed at any moment leaves the
   files it had plus at most one ``.tmp``, which no reader looks at and the part's next
   save deletes. Each part keeps its newest few files (:attr:`RankState.KEEP`,
-  :attr:`ShardState.KEEP`) until the next is written.
-* **Fallback.** :meth:`Series.newest_valid` returns the newest key whose files exist and
-  verify for every part, and warns (:class:`CheckpointFallbackWarning`) naming each newer
-  file it skipped and why. Every part checks every part's files, so all of them pick the
+  :attr:`ShardState.KEEP`) older than the one it just wrote.
+* **Nothing that is not this run's is deleted or overwritten.** A save replaces or deletes
+  only regular files that hold this run's checkpoints. Anything else in the way of a save
+  (a directory, a link, a damaged file, another run's file under the name it is about to
+  write) is renamed to ``<name>.aside<n>`` and the save goes on, with a
+  :class:`CheckpointMovedAsideWarning` naming both; a save never fails because its name is
+  taken.
+* **Fallback.** :meth:`Series.newest_valid` returns the newest key whose files exist, verify
+  and fit this run for every part, and warns (:class:`CheckpointFallbackWarning`) naming each
+  newer file it skipped and why. Every part checks every part's files, so all of them pick the
   same key without talking to each other; reading ``parts`` files per part is the price.
 """
 
@@ -52,6 +65,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import string
 import warnings
 import zipfile
@@ -61,24 +75,42 @@ from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["CheckpointFallbackWarning", "CorruptCheckpoint", "RankState", "Series", "ShardState",
-           "read", "write"]
+__all__ = ["CheckpointFallbackWarning", "CheckpointMovedAsideWarning", "CorruptCheckpoint",
+           "ForeignCheckpoint", "RankState", "Series", "ShardState", "UnusableCheckpoint", "read",
+           "write"]
 
 TMP = ".tmp"  # suffix of a file being written; renamed away once it is complete
 _META = "__meta__"  # the array holding the metadata's JSON text
 _DIGEST_LEN = 64  # hex characters of a SHA-256: the zip comment that ends every file
+ASIDE = ".aside"  # what a save renames an obstacle to: <name>.aside1, <name>.aside2, ...
+_RESERVED = ("key", "part", "fingerprint")  # metadata names a Series writes itself
 
 
-class CorruptCheckpoint(ValueError):
-    """A checkpoint file is damaged or not what its name says; ``path`` and ``reason`` say how."""
+class UnusableCheckpoint(ValueError):
+    """A checkpoint file this run cannot resume from; ``path`` and ``reason`` say why."""
 
     def __init__(self, path: Path, reason: str):
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = Path(path), reason
 
 
+class CorruptCheckpoint(UnusableCheckpoint):
+    """A checkpoint file is damaged or not what its name says; ``path`` and ``reason`` say how."""
+
+
+class ForeignCheckpoint(UnusableCheckpoint):
+    """An intact checkpoint file of another run (another fingerprint, or arrays of another
+    dtype or shape than this run's); ``reason`` says what differs."""
+
+
 class CheckpointFallbackWarning(UserWarning):
-    """Newer checkpoint files were skipped (damaged or missing): an older checkpoint is used."""
+    """Newer checkpoint files were skipped (damaged, missing or another run's): an older
+    checkpoint is used."""
+
+
+class CheckpointMovedAsideWarning(UserWarning):
+    """Something that is not this run's checkpoint was in the way of a save: it was renamed
+    to ``<name>.aside<n>`` (kept, not deleted) and the save went on."""
 
 
 def _sha256(f, n: int) -> bytes:
@@ -109,14 +141,22 @@ def write(path, arrays: dict, meta: dict) -> Path:
     """Write ``arrays`` (name -> array) and ``meta`` (JSON-able) to ``path``, checksum last.
 
     Durable and atomic (see the module docstring): ``path`` is either absent, the previous
-    file or the complete new one, whenever the writer dies.
+    file or the complete new one, whenever the writer dies. A file or link left at
+    ``<path>.tmp`` (a killed save's) is removed first, never written through: the link's
+    target is not touched.
     """
     path = Path(path)
     if _META in arrays:
         raise ValueError(f"the array name {_META!r} is reserved; got {sorted(arrays)}")
     tmp = path.with_name(path.name + TMP)
     try:
-        with open(tmp, "w+b") as f:
+        if not stat.S_ISDIR(os.lstat(tmp).st_mode):
+            tmp.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)  # a new file: follows no link
+    try:
+        with open(fd, "w+b") as f:
             np.savez(f, **arrays, **{_META: json.dumps(meta)})
             with zipfile.ZipFile(f, "a") as zf:
                 zf.comment = b"0" * _DIGEST_LEN  # reserves the checksum's place at the end
@@ -173,17 +213,64 @@ def _name_pattern(template: str, parts: int) -> re.Pattern:
     return re.compile(regex + r"\Z")
 
 
+def _same(theirs, ours) -> bool:
+    """Equal as the JSON metadata stores them (a tuple reads back as a list)."""
+    return json.loads(json.dumps(theirs)) == json.loads(json.dumps(ours))
+
+
+def _differences(theirs, ours: dict) -> str:
+    """What differs between a file's fingerprint and this run's, setting by setting."""
+    if not isinstance(theirs, dict):
+        return (f"it records no run fingerprint ({theirs!r}; written by an older coursekit "
+                "or by hand)")
+    theirs, ours = json.loads(json.dumps(theirs)), json.loads(json.dumps(ours))
+    absent = "(not recorded)"
+    return "; ".join(f"{k} {theirs.get(k, absent)!r} there, {ours.get(k, absent)!r} here"
+                     for k in sorted(theirs.keys() | ours.keys())
+                     if theirs.get(k, absent) != ours.get(k, absent))
+
+
+def _obstacle(path: Path) -> str | None:
+    """What is at ``path`` if it is not a regular file ("a directory", "a symbolic link", ...);
+    None for a regular file; ``""`` for nothing."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return ""
+    if stat.S_ISREG(mode):
+        return None
+    return ("a directory" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode)
+            else "not a regular file")
+
+
+def _move_aside(path: Path, why: str) -> Path:
+    """Rename ``path`` to the first free ``<name>.aside<n>`` and warn
+    :class:`CheckpointMovedAsideWarning` naming both and ``why``."""
+    n = 1
+    while os.path.lexists(aside := path.with_name(f"{path.name}{ASIDE}{n}")):
+        n += 1
+    os.rename(path, aside)
+    warnings.warn(f"{path} was in the way of a checkpoint save ({why}): renamed it to "
+                  f"{aside.name}, where it is kept; the save went on", CheckpointMovedAsideWarning,
+                  stacklevel=4)
+    return aside
+
+
 @dataclass(frozen=True)
 class Series:
     """The checkpoint files of one run, ``parts`` files per key:
     ``template.format(key=, part=, parts=)`` names them (other files in the directory are
-    ignored); ``unit`` / ``part_unit`` name a key and a part in messages ("step", "rank")."""
+    ignored); ``unit`` / ``part_unit`` name a key and a part in messages ("step", "rank").
+    ``fingerprint`` (JSON-able, usually a dict) says which run this is: every file saved
+    records it, a file recording another is unusable (:class:`ForeignCheckpoint`), and
+    saves delete or overwrite only files that record it (None: no run check)."""
 
     directory: Path
     template: str
     parts: int
     unit: str
     part_unit: str
+    fingerprint: object = None
 
     def path(self, key: int, part: int) -> Path:
         return self.directory / self.template.format(key=key, part=part, parts=self.parts)
@@ -195,32 +282,68 @@ class Series:
         return kp if kp is not None and self.path(*kp).name == name else None
 
     def listing(self) -> dict[int, dict[int, Path]]:
-        """{key: {part: path}} of the complete (renamed) files in the directory."""
+        """{key: {part: path}} of the entries under checkpoint names in the directory (the
+        complete, renamed files, and whatever else took such a name)."""
         found: dict[int, dict[int, Path]] = {}
         for p in self.directory.iterdir() if self.directory.is_dir() else ():
             if (kp := self._parse(p.name)) is not None:
                 found.setdefault(kp[0], {})[kp[1]] = p
         return found
 
+    def _ours(self, path: Path, key: int, part: int) -> bool:
+        """Whether ``path`` is a regular file whose metadata says it is this run's file for
+        ``key`` and ``part`` (read from the metadata alone, not checksummed: a file that says
+        so may be replaced or deleted, as this run's own)."""
+        if _obstacle(path) is not None:
+            return False
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                meta = json.loads(str(npz[_META]))
+        except Exception:  # noqa: BLE001 - unreadable or not ours: either way, keep it
+            return False
+        return (isinstance(meta, dict) and (meta.get("key"), meta.get("part")) == (key, part)
+                and _same(meta.get("fingerprint"), self.fingerprint))
+
+    def _make_room(self, key: int, part: int) -> None:
+        """Rename aside whatever is in the way of ``part``'s save of ``key``: a non-file at
+        its ``.tmp`` name; at its name, anything but this run's own file for that key."""
+        path = self.path(key, part)
+        tmp = path.with_name(path.name + TMP)
+        if what := _obstacle(tmp):
+            _move_aside(tmp, f"{what} where the save writes its temporary file")
+        what = _obstacle(path)
+        if what is None and not self._ours(path, key, part):
+            what = ("a file that is not this run's checkpoint (damaged, or another run's), "
+                    "which the save would overwrite")
+        if what:
+            _move_aside(path, what)
+
     def save(self, key: int, part: int, arrays: dict, meta: dict, keep: int) -> Path:
-        """:func:`write` ``part``'s file for ``key``; then delete this part's files older than
-        its newest ``keep`` and the ``.tmp`` files a killed save of this part left behind."""
-        if {"key", "part"} & set(meta):
-            raise ValueError(f"meta names 'key' and 'part' are reserved; got {sorted(meta)}")
+        """:func:`write` ``part``'s file for ``key`` (moving aside, with a warning, whatever
+        is in its way and is not this run's); then delete this run's files of this part
+        older than ``key`` except the newest ``keep - 1``, and the ``.tmp`` files a killed
+        save of this part left behind."""
+        if set(_RESERVED) & set(meta):
+            raise ValueError("meta names 'key', 'part' and 'fingerprint' are reserved (the "
+                             f"series writes them); got {sorted(meta)}")
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = write(self.path(key, part), arrays, {**meta, "key": key, "part": part})
-        mine = sorted((k, files[part]) for k, files in self.listing().items() if part in files)
-        for _, old in mine[:-keep]:
+        self._make_room(key, part)
+        path = write(self.path(key, part), arrays,
+                     {**meta, "key": key, "part": part, "fingerprint": self.fingerprint})
+        older = sorted((k, files[part]) for k, files in self.listing().items()
+                       if part in files and k < key and self._ours(files[part], k, part))
+        for _, old in older[:max(len(older) - (keep - 1), 0)]:
             old.unlink(missing_ok=True)
         for tmp in self.directory.glob("*" + TMP):
             kp = self._parse(tmp.name[:-len(TMP)])
-            if kp is not None and kp[1] == part:
+            if kp is not None and kp[1] == part and _obstacle(tmp) is None:
                 tmp.unlink(missing_ok=True)
         return path
 
     def read(self, key: int, part: int) -> tuple[dict[str, np.ndarray], dict]:
-        """``(arrays, meta)`` of ``part``'s file for ``key``, checked (:func:`read`) and holding
-        the key and part its name says; :class:`CorruptCheckpoint` if not."""
+        """``(arrays, meta)`` of ``part``'s file for ``key``, checked (:func:`read`), holding
+        the key and part its name says (else :class:`CorruptCheckpoint`) and written by this
+        run (else :class:`ForeignCheckpoint`, naming every setting that differs)."""
         path = self.path(key, part)
         arrays, meta = read(path)
         held = (meta.pop("key", None), meta.pop("part", None))
@@ -228,46 +351,58 @@ class Series:
             raise CorruptCheckpoint(path, f"holds {self.unit} {held[0]} of {self.part_unit} "
                                           f"{held[1]}, not what its name says: a copied or "
                                           "renamed file")
+        theirs = meta.pop("fingerprint", None)
+        if self.fingerprint is not None and not _same(theirs, self.fingerprint):
+            raise ForeignCheckpoint(path, "written by a different run: "
+                                          f"{_differences(theirs, self.fingerprint)}")
         return arrays, meta
 
-    def _problem(self, key: int, part: int, files: dict[int, Path]) -> str | None:
+    def _problem(self, key: int, part: int, files: dict[int, Path], fits) -> str | None:
         if part not in files:
             return f"{self.path(key, part).name}: missing ({self.part_unit} {part} never wrote it)"
         try:
-            self.read(key, part)
-        except CorruptCheckpoint as exc:
+            arrays, meta = self.read(key, part)
+            misfit = fits(part, arrays, meta) if fits else None
+        except UnusableCheckpoint as exc:
             return f"{exc.path.name}: {exc.reason}"
-        return None
+        return f"{self.path(key, part).name}: {misfit}" if misfit else None
 
-    def newest_valid(self) -> tuple[int | None, str]:
-        """The newest key whose files for parts ``0 .. parts-1`` all exist and pass
-        :meth:`read` (None if none), and what was wrong with the newer ones ("" if nothing).
+    def newest_valid(self, fits=None) -> tuple[int | None, str]:
+        """The newest key whose files for parts ``0 .. parts-1`` all exist, pass :meth:`read`
+        and fit this run (None if none), and what was wrong with the newer ones ("" if
+        nothing). ``fits(part, arrays, meta)``, if given, returns why an intact file of this
+        run still does not fit (a wrong dtype or shape), or None.
 
         Skipping a newer key when a valid one exists warns :class:`CheckpointFallbackWarning`.
         """
         skipped: list[str] = []
         for key, files in sorted(self.listing().items(), reverse=True):
             problems = [p for part in range(self.parts)
-                        if (p := self._problem(key, part, files))]
+                        if (p := self._problem(key, part, files, fits))]
             if not problems:
                 if skipped:
                     warnings.warn(
-                        f"skipped damaged or incomplete checkpoint files in {self.directory}: "
-                        f"{'; '.join(skipped)}. Using {self.unit} {key}, the newest whose files "
-                        f"for all {self.parts} {self.part_unit}s are valid.",
-                        CheckpointFallbackWarning, stacklevel=3)
+                        f"skipped unusable checkpoint files (damaged, incomplete or another "
+                        f"run's) in {self.directory}: {'; '.join(skipped)}. Using {self.unit} "
+                        f"{key}, the newest whose files for all {self.parts} {self.part_unit}s "
+                        "are valid.", CheckpointFallbackWarning, stacklevel=3)
                 return key, ""
             skipped += problems
         return None, "; ".join(skipped)
 
 
+def _describe(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}{list(value.shape)}"
+    return "absent" if value is None else repr(value)
+
+
 class _State:
-    """What :class:`RankState` and :class:`ShardState` share: one part's state for one key,
-    saved as one file of a :class:`Series`. A subclass (a dataclass) names its key, part
-    and part-count fields, its file names, how many files a part keeps, what to do when no
-    checkpoint is usable, and how a loaded state is checked against this run
-    (``_check_fits``). Array fields are stored as arrays, the others in the metadata; a
-    field that is None is left out and loads as None."""
+    """What :class:`RankState` and :class:`ShardState` share: one part's state for one key
+    of the run ``fingerprint``, saved as one file of a :class:`Series`. A subclass (a
+    dataclass) names its key, part and part-count fields, its file names, how many files a
+    part keeps and what to do when no checkpoint is usable. Array fields are stored as
+    arrays, the others in the metadata; a field that is None is left out and loads as None."""
 
     KEY: ClassVar[str]      # the field that orders checkpoints: "step", "version"
     PART: ClassVar[str]     # the field naming who wrote the file: "rank", "shard"
@@ -277,63 +412,82 @@ class _State:
     NONE_HINT: ClassVar[str]  # the advice when no checkpoint is usable
 
     @classmethod
-    def _series(cls, directory, parts: int) -> Series:
-        return Series(Path(directory), cls.FILE, parts, cls.KEY, cls.PART)
+    def _series(cls, directory, parts: int, fingerprint) -> Series:
+        return Series(Path(directory), cls.FILE, parts, cls.KEY, cls.PART, fingerprint)
 
     def save(self, directory, keep: int | None = None) -> Path:
         """Write this part's file for this key under ``directory`` (checksummed, durable,
-        atomic) and return its path. This part's files older than its newest ``keep``
-        (default :attr:`KEEP`) are deleted, and so are the ``.tmp`` files a killed save of
-        this part left."""
+        atomic) and return its path. This run's files of this part older than the newest
+        ``keep`` (default :attr:`KEEP`) are deleted, and so are the ``.tmp`` files a killed
+        save of this part left; whatever else is in the way is moved aside (the module
+        docstring)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         key, part = values.pop(self.KEY), values.pop(self.PART)
+        series = self._series(directory, values[self.PARTS], values.pop("fingerprint"))
         arrays = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
         meta = {k: v for k, v in values.items() if k not in arrays and v is not None}
-        return self._series(directory, values[self.PARTS]).save(key, part, arrays, meta,
-                                                                self.KEEP if keep is None else keep)
+        return series.save(key, part, arrays, meta, self.KEEP if keep is None else keep)
 
     @classmethod
-    def latest(cls, directory, parts: int) -> int:
-        """The newest key whose files from all ``parts`` parts exist and are intact (it warns
-        :class:`CheckpointFallbackWarning` about newer ones it skipped); ValueError, naming
-        every file it could not use, when there is none."""
-        series = cls._series(directory, parts)
-        key, skipped = series.newest_valid()
+    def _misfit(cls, part: int, arrays: dict, meta: dict, want: dict) -> str | None:
+        """Why the file of ``part`` does not fit ``want`` ({field: value this run needs; an
+        array stands for its dtype and shape}), or None."""
+        for name, need in want.items():
+            got = arrays.get(name, meta.get(name))
+            if isinstance(need, np.ndarray):
+                ok = isinstance(got, np.ndarray) and (got.dtype, got.shape) == (need.dtype,
+                                                                                need.shape)
+            else:
+                ok = (got is None) == (need is None) and (need is None or _same(got, need))
+            if not ok:
+                return (f"its {name} is {_describe(got)} but this run's {cls.PART} {part} needs "
+                        f"{_describe(need)}")
+        return None
+
+    @classmethod
+    def latest(cls, directory, parts: int, fingerprint=None, like=None) -> int:
+        """The newest key whose files from all ``parts`` parts exist, are intact and are of
+        the run ``fingerprint`` (None: any run) with the fields ``like(part)`` says (see
+        :meth:`load`); it warns :class:`CheckpointFallbackWarning` about newer ones it
+        skipped. ValueError, naming every file it could not use and why, when there is none."""
+        series = cls._series(directory, parts, fingerprint)
+        fits = None if like is None else (
+            lambda part, arrays, meta: cls._misfit(part, arrays, meta, like(part)))
+        key, skipped = series.newest_valid(fits)
         if key is None:
             written = sorted({p for files in series.listing().values() for p in files})
             raise ValueError(f"no checkpoint in {directory} has intact files from all {parts} "
-                             f"{cls.PART}s (files from {cls.PART}s {written or 'none'}"
-                             f"{'; unusable: ' + skipped if skipped else ''}); {cls.NONE_HINT}")
+                             f"{cls.PART}s (files from {cls.PART}s "
+                             f"{written or 'none'}{'; unusable: ' + skipped if skipped else ''}); "
+                             f"{cls.NONE_HINT}")
         return key
 
     @classmethod
-    def load(cls, directory, part: int, parts: int, **this_run):
-        """Part ``part``'s state at :meth:`latest`, checked against ``this_run`` (the
-        subclass's ``_check_fits`` says which settings); ValueError if none is usable or
-        it does not fit."""
-        key = cls.latest(directory, parts)
-        series = cls._series(directory, parts)
-        arrays, meta = series.read(key, part)
+    def load(cls, directory, part: int, parts: int, fingerprint, like=None):
+        """Part ``part``'s state at :meth:`latest`: the newest checkpoint whose every file is
+        intact, records ``fingerprint`` and has the fields ``like(part)`` gives
+        ({field: value}; an array value stands for the dtype and shape the field must
+        have). Newer unusable files are skipped with a warning; ValueError if none is usable."""
+        key = cls.latest(directory, parts, fingerprint, like)
+        arrays, meta = cls._series(directory, parts, fingerprint).read(key, part)
         values = {f.name: None for f in fields(cls)}  # a field saved as None was left out
         values.update(arrays)
         values.update(meta)
-        values.update({cls.KEY: key, cls.PART: part})
-        state = cls(**values)
-        state._check_fits(series.path(key, part), **this_run)
-        return state
+        values.update({cls.KEY: key, cls.PART: part, "fingerprint": fingerprint})
+        return cls(**values)
 
 
 @dataclass(frozen=True)
 class RankState(_State):
     """One data-parallel rank's state after ``step`` steps (see the module docstring);
-    ``size`` workers wrote the checkpoint, and ``fingerprint`` is what must not change
-    between the run and its resumption (:meth:`~.data_parallel.DPConfig.fingerprint`)."""
+    ``size`` workers wrote the checkpoint, and ``fingerprint`` says which run
+    (:meth:`~.data_parallel.DPConfig.fingerprint`)."""
 
     KEY, PART, PARTS = "step", "rank", "size"
     FILE = "ckpt-{key:08d}-rank{part}.npz"
     KEEP = 2  # a rank may delete its older file once it wrote a newer one: all ranks save
     #           each step together, so the previous step stays complete until they are done
-    NONE_HINT = "resume with the same number of workers, or start without resume"
+    NONE_HINT = "resume with the same settings and number of workers, or start without resume"
 
     rank: int
     size: int
@@ -342,24 +496,21 @@ class RankState(_State):
     velocity: np.ndarray  # empty when the optimizer has no state
     rng_state: dict       # np.random.Generator.bit_generator.state after the epoch's permutation
     permutation: np.ndarray
-    fingerprint: str
-
-    def _check_fits(self, path: Path, fingerprint: str) -> None:
-        if self.fingerprint != fingerprint:
-            raise ValueError(f"{path} was written by a different run ({self.fingerprint}); "
-                             f"this run is ({fingerprint})")
+    fingerprint: dict
 
 
 @dataclass(frozen=True)
 class ShardState(_State):
     """A parameter-server shard's state at ``version`` (see the module docstring): shard
     ``shard`` of ``n_shards`` holds parameters ``[lo, hi)``; ``velocity`` is None without
-    momentum; ``clocks[w]`` is worker w's clock."""
+    momentum; ``clocks[w]`` is worker w's clock; ``fingerprint`` says which run
+    (:meth:`~.param_server.PSConfig.fingerprint`)."""
 
     KEY, PART, PARTS = "version", "shard", "n_shards"
     FILE = "shard{part}of{parts}_v{key}.npz"
     KEEP = 3  # more than one: the other shards may still be writing a version this one passed
-    NONE_HINT = "run with checkpoint_every > 0 first (or check the number of servers)"
+    NONE_HINT = ("run with checkpoint_every > 0 first (with the same settings, servers and "
+                 "workers), or start without resume")
 
     shard: int
     n_shards: int
@@ -370,12 +521,4 @@ class ShardState(_State):
     version: int
     applied: int
     clocks: np.ndarray
-
-    def _check_fits(self, path: Path, lo: int, hi: int, workers: int) -> None:
-        if (self.lo, self.hi) != (lo, hi):
-            raise ValueError(f"{path} holds parameters [{self.lo}, {self.hi}) but this run's "
-                             f"shard {self.shard} holds [{lo}, {hi}): the model or the number "
-                             "of servers changed")
-        if len(self.clocks) != workers:
-            raise ValueError(f"{path} has clocks for {len(self.clocks)} workers; this run has "
-                             f"{workers}: restart with the same number of workers")
+    fingerprint: dict

@@ -57,12 +57,11 @@ def _dp_resume(directory) -> tuple[int, list[dict]]:
 def _ps_state(version: int, shard: int, n: int = N) -> ShardState:
     rng = np.random.default_rng([version, shard, 7])
     return ShardState(shard, PARTS, shard * n, (shard + 1) * n, rng.standard_normal(n),
-                      rng.standard_normal(n), version, 3 * version, rng.integers(0, 100, 4))
+                      rng.standard_normal(n), version, 3 * version, rng.integers(0, 100, 4), FP)
 
 
 def _ps_resume(directory) -> tuple[int, list[dict]]:
-    states = [ShardState.load(directory, k, PARTS, lo=k * N, hi=(k + 1) * N, workers=4)
-              for k in range(PARTS)]
+    states = [ShardState.load(directory, k, PARTS, FP) for k in range(PARTS)]
     return states[0].version, [asdict(s) for s in states]
 
 
@@ -239,8 +238,8 @@ def test_every_single_flipped_byte_anywhere_in_a_file_is_detected(tmp_path, writ
 def test_reserved_names_are_refused_with_what_is_reserved(tmp_path):
     with pytest.raises(ValueError, match=r"the array name '__meta__' is reserved"):
         write(tmp_path / "x.npz", {"__meta__": np.zeros(1)}, {})
-    with pytest.raises(ValueError, match=r"meta names 'key' and 'part' are reserved; got "
-                                         r"\['key'\]"):
+    with pytest.raises(ValueError, match=r"meta names 'key', 'part' and 'fingerprint' are "
+                                         r"reserved \(the series writes them\); got \['key'\]"):
         Series(tmp_path, "f{key}-{part}.npz", 1, "step", "rank").save(1, 0, {}, {"key": 2}, keep=2)
 
 

@@ -134,9 +134,15 @@ class DPConfig:
         steps = self.epochs * -(-n_rows // self.batch_size)
         return steps if self.max_steps is None else min(steps, self.max_steps)
 
-    def fingerprint(self, n_workers: int) -> str:
-        """The settings a checkpoint must agree with to be resumed (faults may change)."""
+    def fingerprint(self, n_workers: int, data: str) -> dict:
+        """Which run this is, as a checkpoint records it: the settings that fix the
+        trajectory, the number of workers and the training data's digest ``data``
+        (:func:`coursekit.datafile.digest`). A checkpoint that records another is not
+        resumed (:mod:`coursekit.parallel.checkpoint`). Left out, since a resumed run may
+        change them: the length (epochs, max_steps), faults, checkpointing, reporting, and
+        how the sum is computed (algorithm, buckets, overlap: the same sum, rounded in
+        another order)."""
         keep = {k: v for k, v in asdict(self).items()
                 if k in ("sizes", "activation", "loss", "dtype", "seed", "batch_size", "lr",
                          "lr_rule", "warmup_steps", "momentum", "exchange", "average_every")}
-        return f"workers={n_workers} " + " ".join(f"{k}={v}" for k, v in keep.items())
+        return {"workers": int(n_workers), **keep, "data": data}

@@ -14,8 +14,9 @@ tests check that sync allreduce training on 1, 2, 3, 4 ranks gives the parameter
 means every step waits for the slowest worker (:mod:`..spans` injects a straggler), and a
 worker that dies stops the run: the others time out waiting for it, and the run's
 :class:`~coursekit.runner.RankFailure` names it. :mod:`..checkpoint` saves every k steps;
-``resume=True`` continues from the newest complete checkpoint whose files are intact (damaged ones are
-skipped with a warning) and gives the uninterrupted run's parameters.
+``resume=True`` continues from the newest complete checkpoint whose files are intact and this
+run's (damaged files and other runs' are skipped with a warning naming each and why) and gives
+the uninterrupted run's parameters.
 
 Run it with :func:`train` on a runner (ThreadComm ranks or engines, :mod:`coursekit.runner`);
 it returns a :class:`DPResult`. Set ``config.bucket_bytes`` to
@@ -31,7 +32,7 @@ import numpy as np
 
 from coursekit import checks, live
 from coursekit.comm.trace import now
-from coursekit.datafile import as_source
+from coursekit.datafile import as_source, digest
 from coursekit.nn import reference
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import Momentum, make_optimizer
@@ -114,8 +115,9 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     schedule = LRSchedule(cfg.lr, cfg.lr_rule, n, cfg.warmup_steps)
     sampler = Sampler(len(source), cfg.batch_size, cfg.seed)
     total, start = cfg.total_steps(len(source)), 0
+    run = cfg.fingerprint(n, digest(source)) if resume or cfg.checkpoint_every else None
     if resume:
-        start = _restore(cfg, rank, n, mlp, opt, sampler)
+        start = _restore(cfg, rank, n, run, mlp, opt, sampler)
     rec = SpanRecorder(rank, cfg.slow_factor if rank == cfg.straggler_rank else 1.0)
     reporter = live.Reporter(cfg.publish_interval, series=("loss", "weight", "step_s"))
     grad = np.empty_like(mlp.params)
@@ -153,7 +155,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
                     step == total - 1 or (cfg.eval_every and (step + 1) % cfg.eval_every == 0)):
                 evals.append((step + 1, mlp.accuracy(*eval_data)))
             if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-                _save(cfg, rank, n, step + 1, mlp, opt, sampler)
+                _save(cfg, rank, n, run, step + 1, mlp, opt, sampler)
             reporter.log(step=step + 1, total=total, loss=float(loss[i]), weight=float(weight[i]),
                          step_s=float(step_s[i]), spans=spans, evals=list(evals))
     finally:
@@ -172,14 +174,18 @@ def _velocity(opt) -> np.ndarray:
     return opt.velocity if isinstance(opt, Momentum) else np.empty(0, opt.params.dtype)
 
 
-def _save(cfg, rank, n, step, mlp, opt, sampler) -> None:
+def _save(cfg, rank, n, run, step, mlp, opt, sampler) -> None:
     rng_state, permutation, _ = sampler.state()
     RankState(rank, n, step, mlp.params.copy(), _velocity(opt).copy(), rng_state, permutation,
-              cfg.fingerprint(n)).save(cfg.checkpoint_dir)
+              run).save(cfg.checkpoint_dir)
 
 
-def _restore(cfg, rank, n, mlp, opt, sampler) -> int:
-    ckpt = RankState.load(cfg.checkpoint_dir, rank, n, fingerprint=cfg.fingerprint(n))
+def _restore(cfg, rank, n, run, mlp, opt, sampler) -> int:
+    """Load the newest checkpoint of the run ``run`` whose every rank's file fits this run's
+    buffers (unusable newer files are skipped with a warning) and return its step."""
+    like = {"size": n, "params": mlp.params, "velocity": _velocity(opt),
+            "permutation": np.empty(sampler.n_rows, np.int64)}
+    ckpt = RankState.load(cfg.checkpoint_dir, rank, n, run, like=lambda r: like)
     mlp.params[...] = ckpt.params
     _velocity(opt)[...] = ckpt.velocity
     sampler.restore(ckpt.rng_state, ckpt.permutation, (ckpt.step - 1) // sampler.steps_per_epoch)

@@ -28,6 +28,7 @@ import numpy as np
 
 from coursekit import checks
 from coursekit.comm.trace import now
+from coursekit.datafile import digest
 from coursekit.parallel.faults import check_may_kill
 from coursekit.parallel.param_server.server import ShardServer, serve
 from coursekit.parallel.param_server.bsp import bsp_serve, bsp_work
@@ -86,12 +87,15 @@ def train_ps(comm, config: PSConfig, data=None, *, servers: int = 1,
     checks.instance(config, "config", PSConfig)
     topology = config.check_topology(PSTopology.on(comm.size, servers))
     rank = comm.rank
+    checkpoints = config.checkpoint_every or config.resume
+    if data is None and (rank >= topology.servers or checkpoints):
+        from coursekit.data import load_digits
+        data = load_digits()
     if rank < topology.servers:
-        role = ShardServer(comm, config, topology, rank, gate)
+        run = (config.fingerprint(topology, digest((data.X_train, data.y_train)))
+               if checkpoints else None)  # the shards' checkpoints record which run wrote them
+        role = ShardServer(comm, config, topology, rank, gate, run)
     else:
-        if data is None:
-            from coursekit.data import load_digits
-            data = load_digits()
         role = Worker(comm, config, topology, rank - topology.servers, data)
     saved = comm.timeout
     comm.timeout = config.timeout

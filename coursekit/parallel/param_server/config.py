@@ -124,6 +124,19 @@ class PSConfig:
                                      f"0..{topology.workers - 1}")
         return topology
 
+    def fingerprint(self, topology: PSTopology, data: str) -> dict:
+        """Which run this is, as a shard's checkpoint records it: the settings that fix the
+        trajectory (consistency model and staleness, optimizer, model, batches, warm-up,
+        Downpour's n_fetch / n_push), the topology and the training data's digest ``data``
+        (:func:`coursekit.datafile.digest`). A checkpoint that records another is not
+        resumed (:mod:`coursekit.parallel.checkpoint`). Left out, since a restarted run may
+        change them: ``steps`` (a run may be extended), faults and delays, timeouts,
+        checkpointing and evaluation."""
+        keep = ("model", "staleness", "batch_size", "lr", "momentum", "n_fetch", "n_push",
+                "warmup", "sizes", "dtype", "seed")
+        return {"servers": topology.servers, "workers": topology.workers,
+                **{k: getattr(self, k) for k in keep}, "data": data}
+
     @property
     def n_params(self) -> int:
         return layout.n_params(self.sizes)

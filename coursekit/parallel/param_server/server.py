@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 class ShardServer:
     """The state and the request handlers of one shard (:func:`serve` runs its loop)."""
 
-    def __init__(self, comm, config, topology, shard: int, gate=ssp_gate):
+    def __init__(self, comm, config, topology, shard: int, gate=ssp_gate, run=None):
         self.comm, self.cfg, self.topology = comm, config, topology
         self.shard, self.gate = shard, gate
+        self.run = run  # the run's fingerprint, which its checkpoints record
         self.t0 = now()  # the caller resets it at the start barrier
         self.lo, self.hi = topology.ranges(config.n_params)[shard]
         n = topology.workers
@@ -65,10 +66,18 @@ class ShardServer:
 
     def _restore(self) -> None:
         cfg, topology = self.cfg, self.topology
-        state = ShardState.load(cfg.checkpoint_dir, self.shard, topology.servers, lo=self.lo,
-                                hi=self.hi, workers=topology.workers)
+        ranges = topology.ranges(cfg.n_params)
+        velocity = hasattr(self.opt, "velocity")
+
+        def like(shard: int) -> dict:  # what every shard's file must hold in this run
+            lo, hi = ranges[shard]
+            size = np.empty(hi - lo, self.params.dtype)
+            return {"lo": lo, "hi": hi, "params": size, "velocity": size if velocity else None,
+                    "clocks": self.clocks}
+
+        state = ShardState.load(cfg.checkpoint_dir, self.shard, topology.servers, self.run, like)
         self.params[...] = state.params
-        if state.velocity is not None and hasattr(self.opt, "velocity"):
+        if velocity:
             self.opt.velocity[...] = state.velocity
         self.version, self.applied = state.version, state.applied
         # BSP / SSP checkpoints are taken between iterations: every worker restarts at the
@@ -198,7 +207,7 @@ class ShardServer:
         return ShardState(
             self.shard, self.topology.servers, self.lo, self.hi, self.params.copy(),
             None if velocity is None else velocity.copy(), self.version, self.applied,
-            self.clocks.copy())
+            self.clocks.copy(), self.run)
 
     def report(self) -> ServerReport:
         return ServerReport(self.shard, self.lo, self.hi, self.params.copy(), self.version,
