@@ -87,9 +87,9 @@ def check_dtype(arr: np.ndarray) -> np.ndarray:
 class Call:
     """What a collective needs after its arguments were checked.
 
-    ``impl``: the algorithm; ``x``: the local array (None where a rank passes none);
-    ``ufunc``: the op (None for data-movement collectives); ``dtype``/``shape``: of the
-    reference array (the root's, or every rank's).
+    ``impl``: the algorithm, :func:`guarded` (an error in it breaks the comm); ``x``: the
+    local array (None where a rank passes none); ``ufunc``: the op (None for data-movement
+    collectives); ``dtype``/``shape``: of the reference array (the root's, or every rank's).
     """
 
     impl: Callable
@@ -143,18 +143,29 @@ def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm
             raise TypeError("bcast with check=False needs a buffer of the root's shape and "
                             "dtype on every rank (with check=True non-roots may pass None)")
         ref = arr if arr is not None else np.empty(0)
-        return Call(impl, arr, ufunc, ref.dtype, ref.shape)
+        return Call(guarded(comm, collective, impl), arr, ufunc, ref.dtype, ref.shape)
     mine = fingerprint.describe(
         collective=COLLECTIVES.index(collective),
         algorithm=list(algorithms).index(algorithm) if impl else -1,
         root=root if isinstance(root, int) and problem is None else -1,
         op=list(OPS).index(op) if ufunc is not None else -1,
         array=arr, ok=problem is None)
-    table = fingerprint.allgather_fingerprints(comm, mine)
+    with comm.collective(collective):
+        table = fingerprint.allgather_fingerprints(comm, mine)
     if problem is not None:
         raise problem
     dtype, shape = fingerprint.agree(table, collective, list(algorithms), root, array_on)
-    return Call(impl, arr, ufunc, dtype, shape)
+    return Call(guarded(comm, collective, impl), arr, ufunc, dtype, shape)
+
+
+def guarded(comm, collective: str, impl: Callable) -> Callable:
+    """``impl`` run inside ``comm.collective(collective)``: if it raises on this rank, the
+    comm refuses every later call instead of letting the next collective match the
+    messages this one left in flight (see :meth:`coursekit.comm.Comm.collective`)."""
+    def run(*args):
+        with comm.collective(collective):
+            return impl(*args)
+    return run
 
 
 def check_comm(comm) -> None:

@@ -11,8 +11,11 @@ inline payload or the single-copy descriptor -- ends with a 24-byte trailer::
 
 The receiver recomputes the MAC with the secret all ranks share and checks that ``seq``
 is the next one from that sender: a frame from a process without the secret, one meant
-for another rank, or a replayed or reordered one is dropped with a CommError that names
-the address it came from. A separate payload part (arrays over ``frames.INLINE_MAX``
+for another rank, or a replayed or reordered one fails with a CommError that names the
+address it came from, before anything of the comm's state changes. ZmqComm drops such a
+frame and goes on receiving (it counts it in ``comm.rejected``): a frame that is not the
+comm's own says nothing about the comm's messages, so it must not break off the call
+that happened to read it (see :mod:`coursekit.comm.zmq`). A separate payload part (arrays over ``frames.INLINE_MAX``
 bytes) is not hashed: ZeroMQ delivers a multipart message whole from one connection, so
 a payload can only arrive behind the authenticated header it was sent with. Hashing it
 too would cost ~0.55 ms per MiB here (HMAC-SHA256; BLAKE2b ~1 ms), several times what
@@ -33,12 +36,16 @@ import hashlib
 import hmac
 import struct
 
+from . import frames
 from .errors import CommError
 
 KEY_MIN = 16
 """A comm key has at least this many bytes (128 bits)."""
 
 TRAILER = struct.Struct("<Q16s")
+FRAME_MAX = (frames.HEADER_MIN + 8 * frames.MAX_NDIM
+             + max(frames.INLINE_MAX, frames.DESCRIPTOR.size) + TRAILER.size)
+"""The longest first part a rank sends; a longer one is refused before it is hashed."""
 _ROUTE = struct.Struct("<iiQ")
 _SOURCE_AT = 12  # offset of the i32 source rank in a frame header (see frames)
 
@@ -90,11 +97,16 @@ class FrameSealer:
         """The body of a received first part after checking its trailer.
 
         ``sender`` (the connection's address) goes into the CommError of a frame that
-        fails: too short, unknown source, wrong MAC, or not the next ``seq`` from its source.
+        fails: too short or too long, unknown source, wrong MAC, or not the next ``seq``
+        from its source. A frame that fails changes nothing here: the caller may drop it
+        and go on receiving.
         """
         view = memoryview(frame).cast("B")
         if view.nbytes < TRAILER.size + _SOURCE_AT + 4:
             raise self._refused(sender, f"a {view.nbytes}-byte frame carries no authentication")
+        if view.nbytes > FRAME_MAX:
+            raise self._refused(sender, f"a {view.nbytes}-byte first part is longer than any "
+                                f"this comm sends ({FRAME_MAX} bytes)")
         body = view[:-TRAILER.size]
         seq, mac = TRAILER.unpack_from(view, body.nbytes)
         (source,) = struct.unpack_from("<i", body, _SOURCE_AT)

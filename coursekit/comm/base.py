@@ -17,6 +17,8 @@ Cost model: a message of n bytes costs about alpha + n * beta; the header adds
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from coursekit import checks
@@ -94,6 +96,7 @@ class Comm:
         self.trace: Trace = Trace()  # the newest trace.MAX_MESSAGES messages
         self.closed = False
         self.interrupted: str | None = None  # the operation a KeyboardInterrupt broke off
+        self.broken: str | None = None  # the collective an error broke off, and the error
 
     @property
     def timeout(self) -> float:
@@ -183,19 +186,48 @@ class Comm:
         deadline = now() + self._timeout
         empty = np.empty(0, np.uint8)
         step, rnd = 1, 0
-        try:
+        with self.collective("barrier"):
             while step < self.size:
                 tag = BARRIER_TAG + rnd
                 self._post((self.rank + step) % self.size, empty, tag, True)
                 self._match((self.rank - step) % self.size, tag, None, deadline, ("barrier",))
                 step, rnd = step * 2, rnd + 1
-        except KeyboardInterrupt:
-            self._mark_interrupted(("barrier",))
-            raise
 
     def close(self) -> None:
         """Release the transport. Further calls raise CommError."""
         self.closed = True
+
+    @contextmanager
+    def collective(self, name: str):
+        """Wrap the messages of one collective operation (every rank takes part) named
+        ``name``: if the block raises, the comm refuses every later call.
+
+        A collective that broke off on one rank -- a timeout, a message it could not take,
+        a dead peer, a bug -- leaves its peers' messages of that collective in flight; the
+        next collective uses the same tags, would match them and could return a wrong sum
+        without any error. So the comm is marked ``broken`` and every later call raises
+        CommError until it is rebuilt (like after a KeyboardInterrupt, which marks it
+        ``interrupted``). The ranks that waited for this one time out in their turn and
+        refuse too. Plain ``send``/``recv`` are not wrapped: a ``recv`` that times out
+        may be a poll (the parameter server's), and its message is still the one it
+        asked for when it comes. ``coursekit.collectives`` wraps every collective's
+        messages, the check=True fingerprint exchange included; :meth:`barrier` too.
+        """
+        try:
+            yield
+        except KeyboardInterrupt:
+            if self.interrupted is None:  # between two messages: no call marked it
+                self._mark_interrupted((name,))
+            raise
+        except BaseException as exc:
+            self._mark_broken(name, exc)
+            raise
+
+    def _mark_broken(self, name: str, exc: BaseException) -> None:
+        """Collective ``name`` broke off with ``exc``: refuse further use (the first
+        cause is kept)."""
+        if self.broken is None:
+            self.broken = f"{name} with {type(exc).__name__}: {exc}"
 
     def _mark_interrupted(self, op: tuple) -> None:
         """A KeyboardInterrupt broke ``op`` off: its peers' messages may still arrive and
@@ -205,8 +237,8 @@ class Comm:
 
     @property
     def _ready(self) -> bool:
-        """Open and not interrupted (the fast argument checks read this)."""
-        return not self.closed and self.interrupted is None
+        """Open, not interrupted, not broken (the fast argument checks read this)."""
+        return not self.closed and self.interrupted is None and self.broken is None
 
     def __enter__(self):
         return self
@@ -235,12 +267,14 @@ class Comm:
     def _check_open(self) -> None:
         if self.closed:
             raise CommError(f"rank {self.rank}: this {type(self).__name__} is closed")
-        if self.interrupted:
+        if self.interrupted or self.broken:
+            what = (f"was interrupted in {self.interrupted}" if self.interrupted else
+                    f"broke off {self.broken.removesuffix('.')}")
             raise CommError(
-                f"rank {self.rank}: this {type(self).__name__} was interrupted in "
-                f"{self.interrupted}; messages of that operation may still arrive and would "
-                "be taken for the next one's, so it refuses further use: rebuild it "
-                "(coursekit.comm.reset_comm(cluster) from the notebook)")
+                f"rank {self.rank}: this {type(self).__name__} {what}; messages of that "
+                "operation may still arrive and would be taken for the next one's, so it "
+                "refuses further use: rebuild it (coursekit.comm.reset_comm(cluster) from "
+                "the notebook)")
 
     def _check_rank(self, value, what: str, wildcard: bool) -> None:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):

@@ -33,6 +33,7 @@ class SubComm(Comm):
         self.timeout = parent.timeout
         self.closed = False
         self.interrupted = None
+        self.broken = None
 
     @property
     def _ready(self) -> bool:
@@ -41,6 +42,10 @@ class SubComm(Comm):
     def _mark_interrupted(self, op: tuple) -> None:
         super()._mark_interrupted(op)
         self.parent._mark_interrupted(op)  # the parent's stream holds the stale messages
+
+    def _mark_broken(self, name: str, exc: BaseException) -> None:
+        super()._mark_broken(name, exc)
+        self.parent._mark_broken(name, exc)  # the same: the parent must refuse too
 
     tracing = property(lambda self: self.parent.tracing,
                        lambda self, on: setattr(self.parent, "tracing", on))

@@ -74,11 +74,8 @@ class MpiComm(Comm):
         """``MPI_Ibarrier`` polled until done: about ceil(log2 p) * alpha."""
         self._check_open()
         req = self._sync.Ibarrier()  # MPI cannot cancel it: after a timeout the comm is unusable
-        try:
+        with self.collective("barrier"):  # ... and says so (``broken``)
             self._wait(req.Test, now() + self._timeout, ("barrier",), ANY_SOURCE, ANY_TAG)
-        except KeyboardInterrupt:
-            self._mark_interrupted(("barrier",))
-            raise
 
     def _flush(self) -> bool:
         self._in_flight = [(r, b) for r, b in self._in_flight if not r.Test()]

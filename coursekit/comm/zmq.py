@@ -13,7 +13,12 @@ Setup is two-phase so any launcher can drive it (ipyparallel, multiprocessing, a
     comm = ep.connect(rank, addresses, key=secret)   # phase 2: connect to everybody
 
 Every message is authenticated with ``key``, a secret all ranks share (see
-:mod:`coursekit.comm.auth`): frames from any other process are dropped with a CommError.
+:mod:`coursekit.comm.auth`). A frame that fails (from a process without the key, a
+replayed, truncated or misdirected one) is dropped where it is read and the receive goes
+on waiting for the real message, so an intruder's frames cannot break a call off halfway
+and leave its messages to the next one. ``comm.rejected`` counts the dropped frames,
+``comm.last_rejected`` says why the last one was dropped and the address it came from,
+and a CommTimeout names them too.
 
 Cost: payloads up to ``frames.INLINE_MAX`` bytes are copied into one message with the
 header; larger C-contiguous arrays are sent zero-copy (``copy=False``): ``send`` returns
@@ -128,6 +133,8 @@ class ZmqComm(QueuedComm):
         self._peer_pid: dict[int, int] = {}     # ranks whose memory we can copy from
         self._sent = 0                          # id of the last REMOTE message sent
         self._in_flight: dict[int, np.ndarray] = {}  # REMOTE arrays not yet copied: kept alive
+        self.rejected = 0                       # frames dropped: they failed authentication
+        self.last_rejected: str | None = None   # why the last one was dropped, and its sender
         if self.size > 1:
             try:
                 self._handshake(single_copy and cma.supported())
@@ -274,16 +281,22 @@ class ZmqComm(QueuedComm):
         while True:
             try:
                 head = sock.recv(copy=False)
-                break
             except zmq.Again:
                 left = deadline - now()
                 if left <= 0:
                     raise self._timeout_error(op, peer, tag) from None
                 self._set_rcvtimeo(math.ceil(left * 1000))
                 self._rcvtimeo_full = None
-        more = head.more
+                continue
+            more = head.more
+            try:
+                head = self._sealer.open(head, head.get("Peer-Address") or "an unknown address")
+                break
+            except CommError as exc:  # not this comm's: changes nothing, so wait on
+                self._drain(more)
+                self.rejected += 1
+                self.last_rejected = str(exc)
         try:
-            head = self._sealer.open(head, head.get("Peer-Address") or "an unknown address")
             header = self._decode(head)
         except CommError:
             self._drain(more)
@@ -293,6 +306,15 @@ class ZmqComm(QueuedComm):
             raise CommError(f"rank {self.rank}: dropped a message from rank {header.source}: "
                             "it must be one inline or remote part, or header + payload parts")
         return header, head
+
+    def _timeout_error(self, op, peer, tag):
+        """The base class's CommTimeout, saying what this rank dropped meanwhile (an
+        intruder's frames cost time, not correctness: a flood can still make a call late)."""
+        exc = super()._timeout_error(op, peer, tag)
+        if self.rejected:
+            exc.args = (f"{exc.args[0]}; this comm has dropped {self.rejected} frame(s) that "
+                        f"failed authentication, the last: {self.last_rejected}",)
+        return exc
 
     def _set_rcvtimeo(self, ms: int) -> None:
         """A blocking recv on the PULL socket waits at most ``ms`` milliseconds."""
