@@ -61,6 +61,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from coursekit import checks
+
 __all__ = ["CheckpointFallbackWarning", "CorruptCheckpoint", "RankState", "Series", "ShardState",
            "read", "write"]
 
@@ -111,7 +113,7 @@ def write(path, arrays: dict, meta: dict) -> Path:
     Durable and atomic (see the module docstring): ``path`` is either absent, the previous
     file or the complete new one, whenever the writer dies.
     """
-    path = Path(path)
+    path = Path(checks.path(path, "path"))
     if _META in arrays:
         raise ValueError(f"the array name {_META!r} is reserved; got {sorted(arrays)}")
     tmp = path.with_name(path.name + TMP)
@@ -137,7 +139,7 @@ def write(path, arrays: dict, meta: dict) -> Path:
 def read(path) -> tuple[dict[str, np.ndarray], dict]:
     """``(arrays, meta)`` exactly as :func:`write` got them; :class:`CorruptCheckpoint` if the
     file is not byte for byte what :func:`write` wrote (or cannot be opened)."""
-    path = Path(path)
+    path = Path(checks.path(path, "path"))
     try:
         with open(path, "rb") as f:
             end = f.seek(0, os.SEEK_END) - _DIGEST_LEN
@@ -278,7 +280,8 @@ class _State:
 
     @classmethod
     def _series(cls, directory, parts: int) -> Series:
-        return Series(Path(directory), cls.FILE, parts, cls.KEY, cls.PART)
+        return Series(Path(checks.path(directory, "directory")), cls.FILE, parts, cls.KEY,
+                      cls.PART)
 
     def save(self, directory, keep: int | None = None) -> Path:
         """Write this part's file for this key under ``directory`` (checksummed, durable,
