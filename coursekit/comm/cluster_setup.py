@@ -48,7 +48,6 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = No
     notebook runs on a laptop and across hosts. ``timeout`` becomes each comm's timeout;
     ``trace`` turns tracing on. A previous comm on the engines is closed first.
     """
-    checks.cluster(cluster_handle, "cluster_handle")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if interface is not None and not isinstance(interface, str):
@@ -56,6 +55,7 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = No
                         f"'eth0') or None; got {interface!r:.60}")
     checks.real(timeout, "timeout", above=0, hint=" (seconds)")
     checks.boolean(trace, "trace")
+    checks.cluster(cluster_handle, "cluster_handle")
     is_mpi = bool(getattr(cluster_handle, "mpi", False))
     if backend == "auto":
         backend = "mpi" if is_mpi else "zmq"
