@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from coursekit import checks
+
 __all__ = ["BUSY_THRESHOLD", "Contention", "observe"]
 
 #: A host whose CPUs are busier than this while our engines idle has other work on it.
@@ -71,6 +73,8 @@ def observe(cluster, window: float = 0.2) -> Contention:
 
     The CPU reading runs only on engines with no foreign task (it would wait behind one),
     and is skipped on any that does not answer within a few seconds."""
+    checks.cluster(cluster)
+    checks.real(window, "window", above=0, hint=" (seconds)")
     first = _foreign_tasks(cluster)
     free = [eid for rank, eid in enumerate(cluster.engine_ids) if not first[rank]]
     busiest: dict = {}

@@ -72,11 +72,22 @@ def load_digits(test_fraction: float = 0.25, seed: int = 0, dtype=np.float32) ->
 
     The same ``seed`` always gives the same split (450 test images at the default 0.25).
     """
+    rng = checks.rng(seed)  # every argument is checked before the slow import
+    checks.real(test_fraction, "test_fraction", above=0, below=1)
+    dtype = checks.float_dtype(dtype)
     from sklearn.datasets import load_digits as _sk_digits
 
-    rng = checks.rng(seed)
     X, y = _sk_digits(return_X_y=True)
     return _split_standardize("digits", X.astype(np.float64), y.astype(np.int64), 10, test_fraction, rng, dtype)
+
+
+def _check_size(n_samples: int, n_columns: int, dtype) -> None:
+    """The dtype, and whether the data set fits in memory: it is drawn in float64 and
+    standardized into a copy, so at least ``n_samples x n_columns x 8`` bytes twice."""
+    checks.float_dtype(dtype)
+    checks.fits_in_memory(2 * 8 * n_samples * n_columns, "n_samples and n_features",
+                          f"a data set of {n_samples:,} x {n_columns:,} numbers (drawn in "
+                          f"float64, then standardized into a copy)")
 
 
 def make_classification(
@@ -97,6 +108,7 @@ def make_classification(
     n_samples = checks.integer(n_samples, "n_samples", at_least=2)
     n_features = checks.integer(n_features, "n_features", at_least=1)
     n_classes = checks.integer(n_classes, "n_classes", at_least=2)
+    _check_size(n_samples, n_features, dtype)
     rng = checks.rng(seed)
     means = rng.standard_normal((n_classes, n_features)) * (separation / np.sqrt(n_features))
     y = rng.integers(0, n_classes, n_samples)
@@ -121,6 +133,7 @@ def make_regression(
     n_samples = checks.integer(n_samples, "n_samples", at_least=2)
     n_features = checks.integer(n_features, "n_features", at_least=1)
     n_outputs = checks.integer(n_outputs, "n_outputs", at_least=1)
+    _check_size(n_samples, n_features + n_outputs, dtype)
     rng = checks.rng(seed)
     A = rng.standard_normal((n_features, n_outputs)) / np.sqrt(n_features)
     X = rng.standard_normal((n_samples, n_features))

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from coursekit import checks
+
 __all__ = ["ArraySource", "PackedFile", "SampleFiles", "as_source", "digest", "pack",
            "write_samples"]
 
@@ -76,8 +78,8 @@ class ArraySource(_Rows):
 
 def pack(X, y, path) -> "PackedFile":
     """Write X and y into one file at ``path``; return it opened as a :class:`PackedFile`."""
+    path = Path(checks.path(path, "path"))
     X, y = _check_xy(X, y)
-    path = Path(path)
     arrays, offset = {}, 0
     for name, arr in (("X", X), ("y", y)):
         arrays[name] = {"dtype": arr.dtype.str, "shape": list(arr.shape), "offset": offset}
@@ -97,7 +99,7 @@ class PackedFile(_Rows):
     """A file written by :func:`pack`, memory-mapped read-only on first use (per process)."""
 
     def __init__(self, path):
-        self.path = Path(path)
+        self.path = Path(checks.path(path, "path"))
         self._maps = None
         self._open()  # fail early on a missing or foreign file
 
@@ -142,8 +144,8 @@ class PackedFile(_Rows):
 
 def write_samples(X, y, directory) -> "SampleFiles":
     """Write one ``sample_<i>.npy`` per row of X (and ``labels.npy``) into ``directory``."""
+    directory = Path(checks.path(directory, "directory"))
     X, y = _check_xy(X, y)
-    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for i, row in enumerate(X):
         np.save(directory / f"sample_{i:07d}.npy", row)
@@ -155,7 +157,7 @@ class SampleFiles(_Rows):
     """A directory written by :func:`write_samples`: every row read opens one file."""
 
     def __init__(self, directory):
-        self.directory = Path(directory)
+        self.directory = Path(checks.path(directory, "directory"))
         labels = self.directory / "labels.npy"
         if not labels.is_file():
             raise FileNotFoundError(f"no labels.npy in {self.directory}; write the samples with "

@@ -40,6 +40,8 @@ import time
 
 from tqdm.auto import tqdm
 
+from coursekit import checks
+
 __all__ = ["Reporter", "attach_sink", "follow", "publish"]
 
 _local = threading.local()  # .sink: callable(dict) on a LocalRunner rank
@@ -137,8 +139,9 @@ def follow(result, on_update=None, *, interval: float = 0.2, total: int | None =
     smallest ``step`` any rank published, out of ``total`` (or the ranks' ``total``).
     ``timeout``: give up (TimeoutError) after that many seconds.
     """
-    if not interval > 0:
-        raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+    checks.real(interval, "interval", above=0, hint=" (seconds between updates)")
+    checks.callback(on_update, "on_update", "(data), called with one dict per rank,")
+    checks.boolean(progress, "progress")
     deadline = None if timeout is None else time.monotonic() + timeout
     bar = tqdm(total=total, desc=desc, disable=not progress, leave=False)
     seen = None

@@ -23,6 +23,8 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+from coursekit import checks
+
 __all__ = ["Check", "Report", "engine_facts", "main", "run_preflight"]
 
 
@@ -118,6 +120,8 @@ def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
                   nodes: int | None = None, interface: str | None = None,
                   repeats: int = 5) -> Report:
     """Check an attached :class:`~coursekit.cluster.CourseCluster`; return the Report."""
+    checks.cluster(cluster)
+    checks.boolean(mpi, "mpi")
     from coursekit.comm import setup_comm, teardown_comm
 
     facts = cluster.run(engine_facts)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
+
 
 @dataclass(frozen=True)
 class RoundTrips:
@@ -39,10 +41,9 @@ def _echo(array):
 def measure_round_trips(cluster, nbytes=(8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22),
                         repeats: int = 5, rank: int = 0) -> RoundTrips:
     """Time ``repeats`` echo round trips of float64 arrays of each size to one engine."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if not 0 <= rank < cluster.size:
-        raise ValueError(f"rank must be in 0..{cluster.size - 1}, got {rank}")
+    checks.cluster(cluster)
+    checks.integer(repeats, "repeats", at_least=1)
+    checks.integer(rank, "rank", at_least=0, at_most=cluster.size - 1)
     engine = cluster.client[cluster.engine_ids[rank]]
     sizes = np.asarray(nbytes, dtype=np.int64)
     seconds = np.empty((len(sizes), repeats))

@@ -120,6 +120,11 @@ class Runner:
         """
         if not callable(fn):
             raise TypeError(f"a runner runs a function fn(comm, ...), got {type(fn).__name__}")
+        checks.callback(on_update, "on_update", "(data), called with one dict per rank,")
+        checks.boolean(progress, "progress")
+        checks.real(interval, "interval", above=0, hint=" (seconds between updates)")
+        if timeout is not None:
+            checks.real(timeout, "timeout", above=0, hint=" (seconds) or None")
         run = self.start(fn, *args, ranks=ranks, may_die=may_die, **kwargs)
         try:
             return live.follow(run, on_update, progress=progress, interval=interval,
@@ -279,10 +284,7 @@ class ClusterRunner(Runner):
     """
 
     def __init__(self, cluster, *, timeout: float = 300.0):
-        if not hasattr(cluster, "engine_ids"):
-            raise TypeError(f"ClusterRunner needs a started cluster (coursekit.cluster.start), "
-                            f"got {type(cluster).__name__}")
-        self.cluster = cluster
+        self.cluster = checks.cluster(cluster)
         self.timeout = checks.real(timeout, "timeout", above=0)
 
     @property

@@ -45,9 +45,15 @@ from coursekit.parallel.data_parallel.lr_rules import LRSchedule, scaled_lr
 from coursekit.parallel.pipeline import (F, I, Action, Schedule, run_pipeline, schedule, simulate,
                                          stage_layers, validate)
 from coursekit.parallel.tensor_parallel import TensorParallelMLP
-from coursekit import sim
+from coursekit import contention, datafile, sim
+from coursekit.comm import engine_trace, reset_comm, setup_comm, teardown_comm
+from coursekit.comm.group import first_ranks, subcomm
+from coursekit.nn.warmup import warm_up
+from coursekit.parallel import checkpoint
+from coursekit.preflight import run_preflight
+from coursekit.roundtrip import measure_round_trips
 from coursekit.sim import resnet50
-from coursekit.runner import LocalRunner
+from coursekit.runner import ClusterRunner, LocalRunner
 
 PACKAGE = Path(coursekit.__file__).resolve().parent
 BOUND_S = 2.0
@@ -732,6 +738,130 @@ CHAPTER_7 = [
 @pytest.mark.parametrize("call, names, allowed", CHAPTER_7)
 def test_chapter_7(call, names, allowed):
     assert_clear(call, names, allowed)
+
+
+# ---- classes of bad input across the API (issue 29): dtypes, rank lists, sizes that cannot ----
+# ---- fit in memory, paths, flags, callbacks, data pairs, cluster arguments ----------------
+
+SMALL = (4, 3, 2)
+DP_SMALL = DPConfig(sizes=SMALL, batch_size=2, max_steps=1)
+TINY = make_classification(n_samples=16, n_features=4, n_classes=2)
+HUGE = 10**12
+MEMORY = "bytes.*more than this machine's memory"
+PATH = r"path \(a str or a pathlib.Path\)"
+CLUSTER = r"coursekit cluster \(coursekit.cluster.start"
+
+
+def nothing(comm):
+    return None
+
+
+def in_group(members):
+    return on_ranks(2, lambda comm: subcomm(comm, members))
+
+
+CLASSES = [
+    # dtypes: float32 or float64 only (an int dtype silently truncated the standardized data)
+    *[bad(load_digits, dtype=v, names="dtype", allowed="float32, float64")
+      for v in (np.int32, "int64", np.float16, None, "bogus")],
+    bad(make_classification, 8, 2, 2, dtype=np.int32, names="dtype", allowed="float32, float64"),
+    bad(make_regression, 8, 2, dtype="uint8", names="dtype", allowed="float32, float64"),
+    bad(warm_up, (np.int32,), announce=None, names="dtypes", allowed="float32, float64"),
+    # rank lists: integers, distinct, in range (1.5 was silently rank 1)
+    pytest.param(in_group([0, 1.5]), "members[1]", "integers", id="subcomm([0, 1.5])"),
+    pytest.param(in_group([0, True]), "members[1]", "integers", id="subcomm([0, True])"),
+    pytest.param(in_group(["0", "1"]), "members[0]", "integers", id="subcomm(['0', '1'])"),
+    pytest.param(in_group("01"), "members", "list of distinct integer ranks",
+                 id="subcomm('01')"),
+    pytest.param(in_group(2), "members", "list of distinct integer ranks", id="subcomm(2)"),
+    pytest.param(on_ranks(2, lambda comm: first_ranks(comm, 2.0)), "k", "integer",
+                 id="first_ranks(2.0)"),
+    # sizes that cannot fit in memory: a ValueError with the bytes, not a MemoryError
+    bad(make_classification, n_samples=10**9, n_features=10**9, names="n_samples and n_features",
+        allowed=MEMORY),
+    bad(make_regression, n_samples=10**9, n_features=10**9, names="n_samples and n_features",
+        allowed=MEMORY),
+    bad(DPConfig, sizes=(4, HUGE, 2), names="sizes", allowed=MEMORY),
+    bad(PSConfig, sizes=(4, HUGE, 2), names="sizes", allowed=MEMORY),
+    bad(MLP, [4, HUGE, 2], names="sizes", allowed=MEMORY),
+    bad(CompressionConfig, hidden=HUGE, names="hidden", allowed=MEMORY),
+    # paths: a str or a pathlib.Path (123 failed later, deep inside pathlib)
+    *[dp_field("checkpoint_dir", v, PATH) for v in (123, ["ckpt"], b"ckpt")],
+    dp_field("checkpoint_dir", "", "non-empty path"),
+    ps_field("checkpoint_dir", 123, PATH),
+    bad(checkpoint.write, 123, {}, {}, names="path", allowed=PATH),
+    bad(checkpoint.read, None, names="path", allowed=PATH),
+    bad(checkpoint.RankState.latest, 5, 2, names="directory", allowed=PATH),
+    bad(datafile.pack, X4, Y4, 5, names="path", allowed=PATH),
+    bad(datafile.PackedFile, None, names="path", allowed=PATH),
+    bad(datafile.write_samples, X4, Y4, 7, names="directory", allowed=PATH),
+    bad(datafile.SampleFiles, 7, names="directory", allowed=PATH),
+    # flags: True or False (np.bool_ too); "no" was taken for True
+    bad(train_dp, THREADS, DP_SMALL, DATA, workers=2, resume="no", names="resume",
+        allowed="True or False"),
+    bad(train_dp, THREADS, DP_SMALL, DATA, workers=2, progress="yes", names="progress",
+        allowed="True or False"),
+    bad(THREADS.run, nothing, progress=1, names="progress", allowed="True or False"),
+    bad(engine_trace, clear="yes", names="clear", allowed="True or False"),
+    # callbacks: a function or None ("print" failed at the first update: 'str' is not callable)
+    bad(train_dp, THREADS, DP_SMALL, DATA, workers=2, on_update="print", names="on_update",
+        allowed="function on_update.* or None"),
+    bad(train_param_server, THREADS, PSConfig(), on_update="print", names="on_update",
+        allowed="function on_update.* or None"),
+    bad(train_param_server, THREADS, PSConfig(), gate="ssp", names="gate",
+        allowed="function gate.* or None"),
+    bad(train_compressed, THREADS, CompressionConfig(), TINY, workers=2, on_update=5,
+        names="on_update", allowed="function on_update.* or None"),
+    bad(THREADS.run, nothing, on_update="print", names="on_update",
+        allowed="function on_update.* or None"),
+    bad(warm_up, announce="print", names="announce", allowed="function announce.* or None"),
+    # data pairs: (X, y) arrays, matching rows, the model's width, finite; before the run
+    bad(train_dp, THREADS, DP_SMALL, DATA, (X4,), workers=2, names="eval_data",
+        allowed=r"\(X, y\) pair"),
+    bad(train_dp, THREADS, DP_SMALL, DATA, X4, workers=2, names="eval_data",
+        allowed=r"\(X, y\) pair"),
+    bad(train_dp, THREADS, DP_SMALL, DATA, (X4[:, :3], Y4), workers=2, names="eval_data",
+        allowed=r"4, the model's input width sizes\[0\]"),
+    bad(train_dp, THREADS, DP_SMALL, DATA, (X4, Y4[:3]), workers=2, names="eval_data",
+        allowed="same number of rows"),
+    bad(train_dp, THREADS, DP_SMALL, DATA, (np.full((6, 4), NAN), Y4), workers=2,
+        names="eval_data", allowed="finite"),
+    bad(train_dp, THREADS, DP_SMALL, (np.ones((6, 5)), Y4), workers=2, names="data",
+        allowed=r"4, the model's input width sizes\[0\]"),
+    bad(train_dp, THREADS, DP_SMALL, (X4, np.array(list("abcdef"))), workers=2, names="data",
+        allowed="numbers"),
+    bad(train_param_server, THREADS, PSConfig(), DATA, names="data", allowed="Dataset"),
+    bad(train_param_server, THREADS, PSConfig(sizes=(5, 3, 2)), TINY, names="data",
+        allowed=r"5, the model's input width"),
+    bad(run_pipeline, THREADS, GPIPE, (X4,), mlp=mlp(), names="data", allowed=r"\(X, y\) pair"),
+    # cluster arguments: a started coursekit cluster ("not a cluster" gave an AttributeError)
+    *[bad(fn, "not a cluster", names="cluster_handle", allowed=CLUSTER)
+      for fn in (setup_comm, reset_comm, teardown_comm)],
+    bad(ClusterRunner, "not a cluster", names="cluster", allowed=CLUSTER),
+    bad(contention.observe, None, names="cluster", allowed=CLUSTER),
+    bad(run_preflight, 4, names="cluster", allowed=CLUSTER),
+    bad(measure_round_trips, "c", names="cluster", allowed=CLUSTER),
+]
+
+
+@pytest.mark.parametrize("call, names, allowed", CLASSES)
+def test_classes_of_bad_input(call, names, allowed):
+    assert_clear(call, names, allowed)
+
+
+def test_the_valid_forms_of_each_class_still_pass(tmp_path):
+    """numpy ints for ranks, np.bool_ for flags, str and pathlib.Path for paths, a tuple for
+    data, None or a function for callbacks, both float dtypes."""
+    assert load_digits(dtype=np.float64).X_train.dtype == np.float64
+    assert make_classification(8, 2, 2, dtype="float32").X_train.dtype == np.float32
+    assert DPConfig(checkpoint_dir=tmp_path).checkpoint_dir == tmp_path
+    assert PSConfig(checkpoint_dir=str(tmp_path)).checkpoint_dir == str(tmp_path)
+    assert run_local(lambda comm: subcomm(comm, np.array([1, 0])).size, 2) == [2, 2]
+    seen = []
+    result = train_dp(THREADS, DP_SMALL, DATA, (X4, Y4), workers=2, resume=np.False_,
+                      progress=np.bool_(False), on_update=seen.append)
+    assert result.loss.shape[-1] == 1 and seen
+    assert len(checkpoint.write(tmp_path / "a.ckpt", {"x": X4}, {}).name) > 0
 
 
 # ---- families of bad numbers, drawn by hypothesis; one exception type per kind of mistake ---

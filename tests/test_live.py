@@ -66,5 +66,5 @@ def test_follow_reraises_the_run_error_and_times_out():
         live.follow(run, interval=0.01, progress=False, timeout=0.1)
     slow.set()
     run.get(10)
-    with pytest.raises(ValueError, match="interval must be > 0"):
+    with pytest.raises(ValueError, match="interval=0: must be > 0"):
         live.follow(run, interval=0)

@@ -50,7 +50,7 @@ def test_a_bad_number_of_ranks_is_refused_before_anything_runs(ranks, error, wor
     (lambda: LocalRunner(0), ValueError, "size=0: must be >= 1"),
     (lambda: LocalRunner(2, comm_timeout=0), ValueError, "comm_timeout=0: must be > 0"),
     (lambda: LocalRunner("2"), TypeError, "size must be an integer"),
-    (lambda: ClusterRunner(object()), TypeError, "ClusterRunner needs a started cluster"),
+    (lambda: ClusterRunner(object()), TypeError, "cluster must be a coursekit cluster"),
     (lambda: LocalRunner(2).run("shape"), TypeError, "a runner runs a function fn"),
 ])
 def test_bad_runner_arguments_say_what_is_allowed(make, error, words):

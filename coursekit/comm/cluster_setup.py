@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import secrets
 
+from coursekit import checks
+
 from .auth import derive_key
 from .errors import CommError
 
@@ -48,6 +50,12 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = No
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if interface is not None and not isinstance(interface, str):
+        raise TypeError(f"interface must be an IP address or an interface name (a str such as "
+                        f"'eth0') or None; got {interface!r:.60}")
+    checks.real(timeout, "timeout", above=0, hint=" (seconds)")
+    checks.boolean(trace, "trace")
+    checks.cluster(cluster_handle, "cluster_handle")
     is_mpi = bool(getattr(cluster_handle, "mpi", False))
     if backend == "auto":
         backend = "mpi" if is_mpi else "zmq"
@@ -70,6 +78,7 @@ def reset_comm(cluster_handle) -> str:
     """Rebuild the engines' comms with the settings they have (backend, interface, timeout,
     tracing): the cheap way to drop every message still in flight after a run that broke
     off (a crashed worker, an interrupted collective). Returns the backend."""
+    checks.cluster(cluster_handle, "cluster_handle")
     backend, interface, timeout, trace = cluster_handle.run(_settings)[0]
     return setup_comm(cluster_handle, backend, interface, timeout, trace)
 
@@ -82,6 +91,7 @@ def _settings() -> tuple:
 
 def teardown_comm(cluster_handle) -> None:
     """Close the comm on every engine (its sockets or MPI communicators)."""
+    checks.cluster(cluster_handle, "cluster_handle")
     cluster_handle.run(_close)
 
 
@@ -98,6 +108,7 @@ def engine_trace(clear: bool = False) -> list:
 
     ``cluster.run(engine_trace)`` collects every rank's messages for a timeline.
     """
+    checks.boolean(clear, "clear")
     trace = list(engine_comm().trace)
     if clear:
         engine_comm().trace.clear()

@@ -15,6 +15,8 @@ parent matches a message from any parent rank; one from a non-member raises Comm
 
 from __future__ import annotations
 
+from coursekit import checks
+
 from .base import Comm
 from .errors import ANY_SOURCE, CommError
 
@@ -80,12 +82,10 @@ def subcomm(comm: Comm, members) -> Comm | None:
     """The group ``members`` (parent ranks, in group-rank order) on its members; None elsewhere.
 
     Every rank may call it; ``members`` equal to all ranks in order returns ``comm`` itself.
-    ValueError for repeated or out-of-range ranks.
+    TypeError for a rank that is not an integer (1.5 is not rank 1), ValueError for repeated
+    or out-of-range ranks (:func:`coursekit.checks.rank_list`).
     """
-    members = [int(m) for m in members]
-    if not members or len(set(members)) != len(members) or not all(0 <= m < comm.size for m in members):
-        raise ValueError(f"members must be distinct ranks of this comm (0..{comm.size - 1}), "
-                         f"got {members!r}")
+    members = checks.rank_list(members, "members", comm.size)
     if members == list(range(comm.size)):
         return comm
     return SubComm(comm, members) if comm.rank in members else None
@@ -94,9 +94,10 @@ def subcomm(comm: Comm, members) -> Comm | None:
 def first_ranks(comm: Comm, k: int) -> Comm | None:
     """A Comm of ranks 0..k-1 of ``comm`` on those ranks; None on the others.
 
-    ValueError unless 1 <= k <= comm.size.
+    TypeError unless an integer, ValueError unless 1 <= k <= comm.size.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= comm.size:
+    if not 1 <= checks.integer(k, "k", hint=f" in 1..{comm.size} (the number of workers)") \
+            <= comm.size:
         raise ValueError(f"the number of workers must be an int in 1..{comm.size} (the ranks "
-                         f"of this comm), got {k!r}")
+                         f"of this comm), got k={k!r}")
     return subcomm(comm, range(k))

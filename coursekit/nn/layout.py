@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["LayerSlice", "check_sizes", "layer_slices", "n_params", "views"]
+from coursekit import checks
+
+__all__ = ["LayerSlice", "check_fits", "check_sizes", "layer_slices", "n_params", "views"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,17 @@ def check_sizes(sizes) -> tuple[int, ...]:
         if s < 1:
             raise ValueError(f"sizes[{i}]={s}: every layer width must be a positive integer (>= 1)")
     return tuple(int(s) for s in items)
+
+
+def check_fits(sizes, itemsize: int, name: str = "sizes") -> int:
+    """The number of parameters of an MLP of ``sizes`` if its flat buffer (``itemsize``
+    bytes each) fits in this machine's memory: ValueError naming ``name`` and the bytes
+    otherwise (:func:`coursekit.checks.fits_in_memory`), never a MemoryError later."""
+    sizes = check_sizes(sizes)
+    n = sum(n_in * n_out + n_out for n_in, n_out in zip(sizes[:-1], sizes[1:]))
+    checks.fits_in_memory(n * itemsize, f"{name}={sizes!r:.60}",
+                          f"the {n:,} parameters ({itemsize} bytes each)")
+    return n
 
 
 def layer_slices(sizes) -> list[LayerSlice]:

@@ -56,14 +56,9 @@ def resolve_device(device: str) -> str:
 
 
 def check_dtype(dtype) -> np.dtype:
-    """``dtype`` as a NumPy dtype if it is float32 or float64 (the buffers' types)."""
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt not in DTYPES:  # (None == float64 in NumPy: test it first)
-        raise ValueError(f"dtype={dtype!r} is not supported; allowed: float32, float64")
-    return dt
+    """``dtype`` as a NumPy dtype if it is float32 or float64 (the buffers' types):
+    :func:`coursekit.checks.float_dtype`."""
+    return checks.float_dtype(dtype)
 
 
 @dataclass(frozen=True)
@@ -148,6 +143,7 @@ class MLP:
             raise ValueError(f"loss={loss!r} is not supported; allowed: {', '.join(LOSSES)}")
         self.activation, self.loss = activation, loss
         self.dtype = check_dtype(dtype)
+        layout.check_fits(self.sizes, self.dtype.itemsize)
         self.device = resolve_device(device)
         if self.device == "cuda":
             from coursekit.nn import kernels_cuda as backend

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.nn import kernels_cpu
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import SGD
@@ -44,6 +45,8 @@ def warm_up(dtypes=(np.float32, np.float64), *, announce=print) -> WarmUp:
 
     Runs one tiny forward, backward and SGD update per dtype. ``announce=None`` stays silent.
     """
+    checks.callback(announce, "announce", "(text)")
+    dtypes = [checks.float_dtype(dtype, "dtypes") for dtype in dtypes]
     if announce is not None:
         announce(NOTICE)
     misses_before = _cache_misses()

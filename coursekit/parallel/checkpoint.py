@@ -75,6 +75,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from coursekit import checks
+
 __all__ = ["CheckpointFallbackWarning", "CheckpointMovedAsideWarning", "CorruptCheckpoint",
            "ForeignCheckpoint", "RankState", "Series", "ShardState", "UnusableCheckpoint", "read",
            "write"]
@@ -145,7 +147,7 @@ def write(path, arrays: dict, meta: dict) -> Path:
     ``<path>.tmp`` (a killed save's) is removed first, never written through: the link's
     target is not touched.
     """
-    path = Path(path)
+    path = Path(checks.path(path, "path"))
     if _META in arrays:
         raise ValueError(f"the array name {_META!r} is reserved; got {sorted(arrays)}")
     tmp = path.with_name(path.name + TMP)
@@ -177,7 +179,7 @@ def write(path, arrays: dict, meta: dict) -> Path:
 def read(path) -> tuple[dict[str, np.ndarray], dict]:
     """``(arrays, meta)`` exactly as :func:`write` got them; :class:`CorruptCheckpoint` if the
     file is not byte for byte what :func:`write` wrote (or cannot be opened)."""
-    path = Path(path)
+    path = Path(checks.path(path, "path"))
     try:
         with open(path, "rb") as f:
             end = f.seek(0, os.SEEK_END) - _DIGEST_LEN
@@ -413,7 +415,8 @@ class _State:
 
     @classmethod
     def _series(cls, directory, parts: int, fingerprint) -> Series:
-        return Series(Path(directory), cls.FILE, parts, cls.KEY, cls.PART, fingerprint)
+        return Series(Path(checks.path(directory, "directory")), cls.FILE, parts, cls.KEY,
+                      cls.PART, fingerprint)
 
     def save(self, directory, keep: int | None = None) -> Path:
         """Write this part's file for this key under ``directory`` (checksummed, durable,

@@ -65,6 +65,10 @@ class CompressionConfig:
         checks.real(self.lr, "lr", above=0)
         checks.integer(self.seed, "seed", at_least=0)
         checks.boolean(self.error_feedback, "error_feedback")
+        # the model (n_features, hidden, n_classes) has at least 4 x hidden float32 weights
+        checks.fits_in_memory(4 * 4 * self.hidden, f"hidden={self.hidden}",
+                              f"a model with {self.hidden:,} hidden units (at least 4 x hidden "
+                              f"float32 parameters)")
         # a bad value fails here, in the notebook, not later on every engine (the workers
         # check PowerSGD's rank again against the real layer sizes)
         make_compressor(self.compressor, self.value, sizes=(self.hidden,) * 3)

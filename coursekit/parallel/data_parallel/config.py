@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from coursekit import checks
 from coursekit.collectives import ALGORITHMS
 from coursekit.nn import activations
-from coursekit.nn.layout import check_sizes
+from coursekit.nn.layout import check_fits, check_sizes
 from coursekit.nn.mlp import LOSSES, check_dtype
 
 from .lr_rules import check_rule
@@ -76,6 +76,7 @@ class DPConfig:
     def __post_init__(self):
         object.__setattr__(self, "sizes", check_sizes(self.sizes))
         object.__setattr__(self, "dtype", check_dtype(self.dtype).name)
+        check_fits(self.sizes, check_dtype(self.dtype).itemsize)
         activations.activation_code(self.activation, "activation",
                                     activations.HIDDEN_ACTIVATIONS)
         if self.loss not in LOSSES:
@@ -110,6 +111,7 @@ class DPConfig:
             if getattr(self, name) is not None:
                 checks.integer(getattr(self, name), name, at_least=0, hint=" or None")
         checks.integer(self.checkpoint_every, "checkpoint_every", at_least=0)
+        checks.path(self.checkpoint_dir, "checkpoint_dir", optional=True)
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("checkpoint_every > 0 needs a checkpoint_dir")
         checks.integer(self.eval_every, "eval_every", at_least=0)

@@ -109,6 +109,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     """
     cfg = config
     n, rank = cfg.check_workers(comm.size), comm.rank
+    resume = checks.boolean(resume, "resume")
     source = as_source(data)
     mlp = MLP(cfg.sizes, cfg.activation, cfg.loss, dtype=cfg.dtype, seed=cfg.seed)
     opt = make_optimizer(mlp.params, cfg.lr, cfg.momentum)
@@ -211,9 +212,16 @@ def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: in
     check_may_kill(runner, config.crash_rank is not None, "crash_rank (a data-parallel "
                    "crash ends its engine process)")
     n = runner.check_workers(config.check_workers(runner.size if workers is None else workers))
+    if isinstance(data, tuple):
+        checks.data_pair(data, "data", features=config.sizes[0])
     if not isinstance(data, (str, os.PathLike)):  # a path is opened where the ranks run
         as_source(data)  # bad data fails here, with its TypeError or ValueError
+    if eval_data is not None:
+        checks.data_pair(eval_data, "eval_data", features=config.sizes[0])
     check_gradient_sum(config, gradient_sum)
+    checks.boolean(resume, "resume")
+    checks.callback(on_update, "on_update", "(data), called with one dict per rank,")
+    checks.boolean(progress, "progress")
     if resume and not config.checkpoint_dir:
         raise ValueError("resume=True needs config.checkpoint_dir (where the checkpoints are)")
     results = runner.run(train_worker, config, data, eval_data, ranks=n, resume=resume,

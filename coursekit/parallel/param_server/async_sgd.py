@@ -110,6 +110,19 @@ def train_ps(comm, config: PSConfig, data=None, *, servers: int = 1,
         comm.timeout = saved
 
 
+def check_data(config: PSConfig, data) -> None:
+    """``data``: None (the digits) or a :class:`coursekit.data.Dataset` whose features fit
+    ``config.sizes[0]``; its train and test splits are checked as (X, y) pairs."""
+    if data is None:
+        return
+    from coursekit.data import Dataset
+    checks.instance(data, "data", Dataset, " (e.g. coursekit.data.load_digits()) or None")
+    checks.data_pair((data.X_train, data.y_train), "data (X_train, y_train)",
+                     features=config.sizes[0])
+    checks.data_pair((data.X_test, data.y_test), "data (X_test, y_test)",
+                     features=config.sizes[0])
+
+
 def collect(config: PSConfig, topology: PSTopology, outputs: list) -> PSResult:
     """The PSResult of the ranks' outputs (None for a worker whose process died)."""
     servers = outputs[:topology.servers]
@@ -141,6 +154,9 @@ def train(runner: Runner, config: PSConfig, data=None, *, workers: int | None = 
     checks.instance(config, "config", PSConfig)
     topology = config.check_topology(PSTopology.on(runner.size, servers, workers,
                                                    where=runner.describe()))
+    check_data(config, data)
+    checks.callback(gate, "gate", "(clock, clocks, staleness) -> bool,")
+    checks.callback(on_update, "on_update", "(data), called with one dict per rank,")
     check_may_kill(runner, bool(config.crash) and config.crash_kills, "crash_kills=True")
     outputs = runner.run(train_ps, config, data, servers=topology.servers, gate=gate,
                          ranks=topology.n_ranks, on_update=on_update,

@@ -83,7 +83,7 @@ class PSConfig:
             raise ValueError("warmup applies to 'ssp' and 'asp'; BSP is synchronous throughout")
         checks.real(self.lr, "lr", above=0)
         checks.real(self.momentum, "momentum", at_least=0, below=1)
-        check_dtype(self.dtype)
+        layout.check_fits(self.sizes, check_dtype(self.dtype).itemsize)
         checks.integer(self.seed, "seed", at_least=0)
         worker_timeout = checks.real(self.worker_timeout, "worker_timeout", above=0, hint=_SECONDS)
         checks.real(self.timeout, "timeout", above=0, hint=_SECONDS)
@@ -98,6 +98,7 @@ class PSConfig:
                 raise ValueError(f"crash[{w}]={step}: must be a step in 0..{self.steps - 1}")
         checks.boolean(self.crash_kills, "crash_kills")
         checks.boolean(self.resume, "resume")
+        checks.path(self.checkpoint_dir, "checkpoint_dir", optional=True)
         if checks.integer(self.checkpoint_every, "checkpoint_every", at_least=0) or self.resume:
             if not self.checkpoint_dir:
                 raise ValueError("checkpoint_every > 0 and resume=True need a checkpoint_dir")

@@ -229,9 +229,7 @@ def run_pipeline(runner, schedule: Schedule, data, *, mlp, recompute: bool = Fal
     from coursekit.runner import Runner
 
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
-    if not (isinstance(data, tuple) and len(data) == 2):
-        raise TypeError(f"data must be the batch as an (X, y) pair; got {type(data).__name__}")
-    X, y = data
+    X, y = checks.data_pair(data, "data")
     check_step(schedule, mlp, X, y, recompute)  # before any rank starts
     if schedule.stages > runner.size:
         raise ValueError(f"the schedule has {schedule.stages} ranks but {runner.describe()} has "

@@ -130,8 +130,8 @@ def never_called(*args, **kwargs):
 
 @pytest.mark.parametrize("runner_size, data, error, message", [
     (1, batch(), ValueError, r"the schedule has 2 ranks but LocalRunner\(1\) has 1"),
-    (2, list(batch()), TypeError, r"data must be the batch as an \(X, y\) pair"),
-    (2, batch()[0], TypeError, r"data must be the batch as an \(X, y\) pair"),
+    (2, list(batch()), TypeError, r"data must be an \(X, y\) pair"),
+    (2, batch()[0], TypeError, r"data must be an \(X, y\) pair"),
     (2, (batch()[0][:1], batch()[1][:1]), ValueError, "fewer than the 2 micro-batches"),
 ])
 def test_bad_arguments_are_refused_before_any_rank_runs(monkeypatch, runner_size, data, error,
