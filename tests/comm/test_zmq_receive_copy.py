@@ -14,6 +14,7 @@ import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import pytest
 
 from coursekit.comm import zmq as czmq
 
@@ -64,6 +65,37 @@ def test_a_single_copy_message_parked_during_a_send_is_copied_once_into_out():
         assert got is out0 and (out0 == 2.0).all() and (out1 == 1.0).all()
         # before: + one 8 MiB array (the parked copy); now only small objects
         assert peak < y2.nbytes // 8, f"the receive path allocated {peak} bytes at its peak"
+    finally:
+        for c in comms:
+            c.close(linger=0)
+
+
+def test_a_parked_single_copy_message_that_does_not_fit_out_still_releases_its_sender():
+    """Parked unread, the message must still be copied (and its sender told) when the recv
+    that takes it refuses it: else the sender's sendrecv would wait out its timeout."""
+    comms = _connect(3)
+    try:
+        big, small = np.arange(N, dtype=np.float64), np.zeros(1)
+
+        def rank0():
+            comms[0].send(small, 1, tag=6)
+            comms[0].recv(2, tag=9)  # meanwhile rank 1's single-copy message is parked
+            with pytest.raises(ValueError, match="shapes and dtypes must match"):
+                comms[0].recv(1, tag=5, out=np.empty(N // 2))
+            return time.monotonic()
+
+        def rank1():
+            comms[1].sendrecv(big, 0, source=0, sendtag=5, recvtag=6)
+            return time.monotonic()
+
+        def rank2():
+            time.sleep(DELAY_S)  # rank 1's message arrives first
+            comms[2].send(small, 0, tag=9)
+
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(f) for f in (rank0, rank1, rank2)]
+            refused_at, released_at = futures[0].result(timeout=30), futures[1].result(timeout=30)
+        assert released_at - refused_at < 5  # not its 10 s timeout
     finally:
         for c in comms:
             c.close(linger=0)
