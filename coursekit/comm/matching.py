@@ -32,7 +32,7 @@ from .base import Comm, fill, finish, matches, recv_target
 class QueuedComm(Comm):
     def __init__(self, rank: int, size: int, **kw):
         super().__init__(rank, size, **kw)
-        self._unmatched: list[tuple[frames.Header, np.ndarray]] = []
+        self._unmatched: list[tuple[frames.Header, object]] = []  # what _park kept
 
     def _match(self, source, tag, out, deadline, op):
         for i, (header, parked) in enumerate(self._unmatched):
