@@ -31,10 +31,15 @@ saves every number:
   rank, after a barrier), bus bandwidth, and whether every call finished with the right sum.
 * ``async``: one asynchronous parameter-server run (SSP, staleness 2, 1 shard, 3 workers,
   ``train_ps`` on ThreadComm ranks via ``LocalRunner.start``, as
-  ``async_sgd.train`` does) sized from a short calibration run to last ~2 minutes
-  (15 s with ``--quick``); RSS, open file descriptors (/proc/self/fd) and threads are
-  sampled while it runs (a leak shows as a steady slope), and each rank's trace length
-  and dropped count are reported at the end.
+  ``async_sgd.train`` does, a snapshot every ``--async-eval-every`` steps: 10, chapter 4's)
+  sized from a short calibration run to last ``--async-seconds`` (default 120; 15 s with
+  ``--quick``); RSS, open file descriptors (/proc/self/fd), threads and the slowest
+  worker's step (from its live data) are sampled while it runs. The table gives the time
+  per step (wall clock, and this process's CPU time, which other jobs disturb less) and the
+  RSS growth per step at the start (5-25% of the steps) and at the end (75-100%): a long
+  run must hold both flat (issue 29: the workers' span lists grew
+  ~1.2 KB per step and were summed at every snapshot, so each step got slower), the
+  records each rank kept, and each rank's trace length and dropped count.
 
 Timings on a shared 2-vCPU machine are noisy; memory figures are what this bench is for.
 """
@@ -325,11 +330,13 @@ def section_memory(args) -> list[dict]:
               f"{over:+.2f}{' !' if over > 0.2 else ''} | {w['seconds']:.3f} | {ok} |")
     if rows:
         print("\nmodel: " + "; ".join(f"{a}: {MODEL[a][2]}" for a in MODEL))
-        print("! = more than the model: ZmqComm copies a single-copy (REMOTE) message that "
-              "arrives while the rank waits for its own send's 'copied' notice into a fresh "
-              "array at once (zmq.py ZmqComm._await_copied), so a rank whose peers run ahead "
-              "holds up to one such message per step it is behind: + the message size "
-              "(n/p ring, n recursive doubling, n/2 Rabenseifner's first step) and one more copy.")
+        print("! = more than the model (by over 0.2 n). Before issue 29 every single-copy "
+              "algorithm showed it: ZmqComm copied a single-copy (REMOTE) message that "
+              "arrived while the rank waited for its own send's 'copied' notice into a fresh "
+              "array at once, then again into out, so a rank whose peers ran ahead held one "
+              "such message per step it was behind (64 MiB, 4 ranks: ring 1.5-1.8x cold "
+              "against 1.25x). Now such a message is parked unread and copied once, into "
+              "the out of the recv that takes it (zmq.py ZmqComm._park).")
     return rows
 
 
@@ -416,6 +423,30 @@ def ps_rank(comm, cfg, data):
     return report, len(trace), getattr(trace, "dropped", 0) if comm.tracing else 0
 
 
+def _step_ms(ts, steps, lo: float, hi: float) -> float:
+    """Milliseconds per step between the fractions ``lo`` and ``hi`` of the run's steps: the
+    least-squares slope of time against the slowest worker's step in that window."""
+    ts, steps = np.asarray(ts, float), np.asarray(steps, float)
+    keep = (steps >= lo * steps[-1]) & (steps <= hi * steps[-1])
+    if keep.sum() < 3 or np.ptp(steps[keep]) == 0:
+        return float("nan")
+    return float(np.polyfit(steps[keep], ts[keep], 1)[0]) * 1e3
+
+
+def _bytes_per_step(steps, mem, lo: float, hi: float) -> float:
+    """RSS growth per step between the fractions ``lo`` and ``hi`` of the run's steps."""
+    steps, mem = np.asarray(steps, float), np.asarray(mem, float)
+    keep = (steps >= lo * steps[-1]) & (steps <= hi * steps[-1])
+    if keep.sum() < 3 or np.ptp(steps[keep]) == 0:
+        return float("nan")
+    return float(np.polyfit(steps[keep], mem[keep], 1)[0])
+
+
+def _slowest_step(data: list[dict]) -> int:
+    """The smallest step the workers published (the shard publishes none)."""
+    return min((int(d["step"]) for d in data if "step" in d), default=0)
+
+
 def section_async(args) -> dict:
     from coursekit.data import load_digits
     from coursekit.parallel.param_server.async_sgd import PSConfig, PSTopology, collect, train
@@ -423,25 +454,24 @@ def section_async(args) -> dict:
 
     duration = 15.0 if args.quick else args.async_seconds
     data = load_digits()
-    base = dict(model="ssp", staleness=2, eval_every=1000)
+    base = dict(model="ssp", staleness=2, eval_every=args.async_eval_every)
     topology = PSTopology(servers=1, workers=3)
     threads = LocalRunner(topology.n_ranks)  # train_ps takes every rank: 1 shard, 3 workers
     train(threads, PSConfig(**base, steps=20), data)  # warm-up: imports, Numba kernels
     t0 = time.perf_counter()
     train(threads, PSConfig(**base, steps=2000), data)
     calibrated = (time.perf_counter() - t0) / 2000
-    # measured here: a run of minutes averages ~1.5-2x the short run's time per step (the
-    # per-step records it keeps grow, other jobs come and go), so size long runs for that
-    steps = max(100, int(duration / calibrated / (1.6 if duration > 60 else 1.0)))
+    steps = max(100, int(duration / calibrated))  # other jobs on the machine stretch it
     cfg = PSConfig(**base, steps=steps, timeout=max(60.0, 4 * duration))
     gc.collect()
     start = {"rss": rss(), "fds": open_fds(), "threads": threading.active_count()}
     samples = []
     t0 = time.perf_counter()
     run = LocalRunner(topology.n_ranks, comm_timeout=cfg.timeout).start(ps_rank, cfg, data)
-    interval = 0.5 if args.quick else 2.0
+    interval = 0.25 if args.quick else 1.0
     while not run.ready():
-        samples.append((time.perf_counter() - t0, rss(), open_fds(), threading.active_count()))
+        samples.append((time.perf_counter() - t0, rss(), open_fds(), threading.active_count(),
+                        _slowest_step(run.data), time.process_time()))
         run.wait(interval)
     seconds = time.perf_counter() - t0
     outputs = run.get()
@@ -450,32 +480,51 @@ def section_async(args) -> dict:
     del run, outputs
     gc.collect()
     end = {"rss": rss(), "fds": open_fds(), "threads": threading.active_count()}
-    ts, mem, fds, thr = (np.array(v, float) for v in zip(*samples))
+    ts, mem, fds, thr, done, cpu = (np.array(v, float) for v in zip(*samples))
     half = ts >= ts[-1] / 2
     slope = float(np.polyfit(ts[half], mem[half], 1)[0]) * 60 / MiB if half.sum() >= 2 else 0.0
     per_step = slope / 60 * MiB / (steps / seconds) if seconds else float("nan")
+    # the start excludes the first 5% (warm-up: allocations every run makes once)
+    windows = {"start": (0.05, 0.25), "end": (0.75, 1.0)}
+    step_ms = {k: _step_ms(ts, done, *w) for k, w in windows.items()}
+    # CPU seconds of this process (all ranks) per step: what other jobs on the machine
+    # change least, so an O(steps) cost per step shows even when the wall clock is noisy
+    cpu_ms = {k: _step_ms(cpu, done, *w) for k, w in windows.items()}
+    growth = {k: _bytes_per_step(done, mem, *w) for k, w in windows.items()}
+    workers = [w for w in result.workers if w is not None]
+    kept = {"spans per worker": max(len(w.spans) for w in workers),
+            "spans dropped": max(getattr(w.spans, "dropped", 0) for w in workers),
+            "curve points": max(len(w.curve_t) for w in workers) if workers else 0,
+            "staleness records": max(len(s.staleness) for s in result.servers)}
     row = {"steps": steps, "workers": topology.workers, "seconds": seconds,
-           "rss_bytes_per_step_second_half": per_step,
+           "eval_every": cfg.eval_every, "step_ms": step_ms, "cpu_ms_per_step": cpu_ms,
+           "rss_bytes_per_step": growth,
+           "rss_bytes_per_step_second_half": per_step, "kept": kept,
            "calibrated_s_per_step": calibrated, "start": start, "end": end,
            "rss_peak_mib": float(mem.max()) / MiB,
            "rss_slope_mib_per_min_second_half": slope,
            "fds_max": int(fds.max()), "threads_max": int(thr.max()),
            "trace_len_and_dropped": traces,
-           "statuses": [w.status for w in result.workers if w is not None],
+           "statuses": [w.status for w in workers],
            "samples": samples}
-    print(f"\n## Async parameter server (SSP s=2, 1 shard + 3 workers, ThreadComm), "
-          f"{steps} steps in {seconds:.1f} s\n")
-    print("| t s | RSS MiB | open fds | threads |")
-    print("|---|---|---|---|")
+    print(f"\n## Async parameter server (SSP s=2, 1 shard + 3 workers, ThreadComm, "
+          f"eval_every {cfg.eval_every}), {steps} steps in {seconds:.1f} s\n")
+    print("| t s | slowest worker's step | RSS MiB | open fds | threads |")
+    print("|---|---|---|---|---|")
     shown = samples[:: max(1, len(samples) // 10)]
-    for t, m, f, n in shown + ([samples[-1]] if shown[-1] is not samples[-1] else []):
-        print(f"| {t:.1f} | {m / MiB:.1f} | {f} | {n} |")
+    for t, m, f, n, k, _ in shown + ([samples[-1]] if shown[-1] is not samples[-1] else []):
+        print(f"| {t:.1f} | {int(k)} | {m / MiB:.1f} | {f} | {n} |")
+    print("\n| steps of the run | ms per step (wall) | CPU ms per step (all ranks) "
+          "| RSS bytes per step |")
+    print("|---|---|---|---|")
+    for k, (lo, hi) in windows.items():
+        print(f"| {k}: {lo:.0%} - {hi:.0%} | {step_ms[k]:.3f} | {cpu_ms[k]:.3f} "
+              f"| {growth[k]:.0f} |")
     print(f"\nstart: RSS {start['rss'] / MiB:.1f} MiB, {start['fds']} fds, {start['threads']} "
           f"threads; end (after the run, gc): RSS {end['rss'] / MiB:.1f} MiB, {end['fds']} fds, "
           f"{end['threads']} threads; peak RSS {row['rss_peak_mib']:.1f} MiB; RSS slope over "
-          f"the second half {slope:.2f} MiB/min ({per_step:.0f} B per step); trace (len, "
-          f"dropped) per rank {traces}; "
-          f"workers: {row['statuses']}")
+          f"the second half {slope:.2f} MiB/min ({per_step:.0f} B per step); records kept "
+          f"{kept}; trace (len, dropped) per rank {traces}; workers: {row['statuses']}")
     return row
 
 
@@ -486,6 +535,9 @@ def main(argv=None) -> None:
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--async-seconds", type=float, default=120.0,
                         help="length of the async run without --quick (default 120)")
+    parser.add_argument("--async-eval-every", type=int, default=10,
+                        help="the async run's snapshot interval in steps (default 10, "
+                             "chapter 4's)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))

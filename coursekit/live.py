@@ -74,25 +74,50 @@ class Reporter:
     Numbers passed to :meth:`log` under a name in ``series`` are appended to a list (the
     full curve goes out each time, so a notebook that polls slowly misses no point);
     anything else is replaced by its latest value.
+
+    ``maxlen`` (an even number, or None: unbounded) bounds the series for a long run: when
+    they hold ``maxlen`` points, every other point is dropped and from then on only every
+    other call to :meth:`log` adds one (the stride doubles), so the series still span the
+    whole run, evenly, in at most ``maxlen`` points, and each publication costs at most
+    ``maxlen`` values. Logging calls that carry no series do not count.
     """
 
-    def __init__(self, interval: float = 0.2, series=("loss",)):
+    def __init__(self, interval: float = 0.2, series=("loss",), maxlen: int | None = None):
         if not interval >= 0:
             raise ValueError(f"interval must be >= 0 seconds, got {interval!r}")
+        if maxlen is not None and (isinstance(maxlen, bool) or not isinstance(maxlen, int)
+                                   or maxlen < 2 or maxlen % 2):
+            raise ValueError(f"maxlen must be an even int >= 2 or None (unbounded), got {maxlen!r}")
         self.interval = float(interval)
         self.series = tuple(series)
+        self.maxlen = maxlen
         self.record: dict = {name: [] for name in self.series}
         self._last = float("-inf")
         self._seq = 0
+        self._calls, self._stride = 0, 1  # series calls so far; keep every stride-th
 
     def log(self, **fields) -> None:
+        keep = self._keep() if any(name in self.series for name in fields) else False
         for name, value in fields.items():
-            if name in self.series:
-                self.record[name].append(value)
-            else:
+            if name not in self.series:
                 self.record[name] = value
+            elif keep:
+                self.record[name].append(value)
         if time.monotonic() - self._last >= self.interval:
             self.flush()
+
+    def _keep(self) -> bool:
+        """Whether this call's series values are kept (thinning the series when full)."""
+        call, self._calls = self._calls, self._calls + 1
+        if self.maxlen is None:
+            return True
+        if call % self._stride:
+            return False
+        if max(len(self.record[name]) for name in self.series) >= self.maxlen:
+            for name in self.series:
+                del self.record[name][1::2]
+            self._stride *= 2
+        return True
 
     def flush(self) -> None:
         """Publish the record now."""

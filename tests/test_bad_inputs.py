@@ -605,11 +605,7 @@ CHAPTER_6 = [
     *[pytest.param(exchange_of_different_sizes(name, value), "same shape", "dtype",
                    id=f"exchange({name}, grads of different sizes)")
       for name, value in (("none", None), ("fp16", None), ("topk", 0.5), ("uniform", 8),
-                          ("qsgd", 4))],
-    pytest.param(exchange_of_different_sizes("sign", None), "same shape", "dtype",
-                 id="exchange(sign, grads of different sizes)", marks=pytest.mark.xfail(
-                     strict=True, reason="known gap: 10 and 12 signs both pack into 2 bytes, so "
-                     "no rank can tell; only a fingerprint exchange (extra wire bytes) would")),
+                          ("qsgd", 4), ("sign", None), ("signsgd", None))],
     config_field("compressor", "zip", "none, fp16"),
     bad(CompressionConfig, compressor="topk", value=0.0, names="ratio", allowed=r"\(0, 1\]"),
     bad(CompressionConfig, compressor="none", value=3, names="compressor",

@@ -68,3 +68,18 @@ def test_follow_reraises_the_run_error_and_times_out():
     run.get(10)
     with pytest.raises(ValueError, match="interval=0: must be > 0"):
         live.follow(run, interval=0)
+
+
+def test_a_bounded_reporter_thins_its_series_evenly_over_the_whole_run():
+    reporter = live.Reporter(interval=3600, series=("step_s", "loss"), maxlen=4)
+    for step in range(21):
+        reporter.log(step=step, step_s=step, loss=10.0 * step)
+        assert len(reporter.record["step_s"]) <= 4
+        reporter.log(status="running")  # no series: not a point
+    # full at 4 points, then every 2nd, 4th, 8th call: always evenly spaced from step 0
+    assert reporter.record["step_s"] == [0, 8, 16]
+    assert reporter.record["loss"] == [0.0, 80.0, 160.0] and reporter.record["step"] == 20
+    assert live.Reporter(series=("loss",)).maxlen is None  # unbounded unless asked
+    for bad in (3, 0, True, 2.0):
+        with pytest.raises(ValueError, match="maxlen must be an even int"):
+            live.Reporter(maxlen=bad)

@@ -13,6 +13,12 @@ Backends implement two hooks:
   and CommError for a malformed frame after discarding it completely.
 * ``_read_payload(header, target) -> array``: read the separate payload part of the
   message just announced, into ``target`` when it is not None.
+
+and may override how a message nobody asked for yet is kept: ``_park(header, head)``
+returns what ``_unmatched`` holds (default: its payload, read now), ``_unpark(header,
+parked, target)`` the payload when a ``recv`` takes it (written into ``target`` when not
+None). ZmqComm parks a single-copy message unread, so that it is copied once, straight
+into the ``out`` of the ``recv`` that takes it.
 """
 
 from __future__ import annotations
@@ -26,18 +32,22 @@ from .base import Comm, fill, finish, matches, recv_target
 class QueuedComm(Comm):
     def __init__(self, rank: int, size: int, **kw):
         super().__init__(rank, size, **kw)
-        self._unmatched: list[tuple[frames.Header, np.ndarray]] = []
+        self._unmatched: list[tuple[frames.Header, object]] = []  # what _park kept
 
     def _match(self, source, tag, out, deadline, op):
-        for i, (header, arr) in enumerate(self._unmatched):
+        for i, (header, parked) in enumerate(self._unmatched):
             if matches(header, source, tag):
                 del self._unmatched[i]  # consumed even if it does not fit ``out``
-                target = recv_target(header, out)
-                return header, finish(out, arr if target is None else fill(target, arr))
+                try:
+                    target = recv_target(header, out)
+                except ValueError:
+                    self._unpark(header, parked, None)  # consume it: the message is dropped
+                    raise
+                return header, finish(out, self._unpark(header, parked, target))
         while True:
             header, head = self._next_header(deadline, op, source, tag)
             if not matches(header, source, tag):
-                self._unmatched.append((header, self._payload(header, head, None)))
+                self._unmatched.append((header, self._park(header, head)))
                 continue
             try:
                 target = recv_target(header, out)
@@ -45,6 +55,14 @@ class QueuedComm(Comm):
                 self._payload(header, head, None)  # consume it: the message is dropped
                 raise
             return header, finish(out, self._payload(header, head, target))
+
+    def _park(self, header, head):
+        """What ``_unmatched`` keeps of a message no ``recv`` asked for yet: its payload."""
+        return self._payload(header, head, None)
+
+    def _unpark(self, header, parked, target) -> np.ndarray:
+        """The payload of a parked message, written into ``target`` when not None."""
+        return parked if target is None else fill(target, parked)
 
     def _payload(self, header, head, target) -> np.ndarray:
         if not header.inline:

@@ -10,7 +10,6 @@ compute / send / idle spans, one row per worker. :func:`label` names a run in le
 
 from __future__ import annotations
 
-import numpy as np
 from matplotlib.figure import Figure
 
 from .bars import stacked_bars
@@ -70,8 +69,7 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
     fig.legend(*ax_t.get_legend_handles_labels(), loc="outside upper center",
                ncols=min(len(results), 3), fontsize=8, frameon=False)
     last = results[-1]
-    stale = last.staleness
-    ax_s.bar(*np.unique(stale, return_counts=True), color=color("predicted"))
+    ax_s.bar(*last.staleness_histogram(), color=color("predicted"))  # every gradient
     ax_s.set(xlabel="staleness [versions]", ylabel="applied gradients", title="staleness (last run)")
     integer_ticks(ax_s, "xy")
     workers = [w for w in last.workers if w is not None]

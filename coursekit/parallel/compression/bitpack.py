@@ -2,6 +2,13 @@
 
 ``pack(codes, width)`` writes code i's bit j (least significant first) at bit i*width + j of
 the output; ``unpack(data, n, width)`` reads them back. ceil(n * width / 8) bytes.
+
+The byte count alone cannot always tell how many codes a payload holds (10 and 12 one-bit
+codes both fill 2 bytes), so a receiver expecting n codes could not see that the sender
+packed another number. ``pack_marked`` adds an **end mark**: a single 1 bit right after the
+last code, zeros after it, ceil((n * width + 1) / 8) bytes (one byte more than ``pack``
+only when n * width is a multiple of 8); ``unpack_marked(data, n, width)`` checks that the
+mark is at bit n * width and raises ValueError naming the count the payload holds otherwise.
 """
 
 from __future__ import annotations
@@ -16,15 +23,31 @@ def packed_nbytes(n: int, width: int) -> int:
     return -(-n * width // 8)
 
 
-def pack(codes: np.ndarray, width: int) -> np.ndarray:
-    """uint8 array holding the low ``width`` bits of every code in ``codes``."""
+def marked_nbytes(n: int, width: int) -> int:
+    """ceil((n * width + 1) / 8): the codes and their end mark (:func:`pack_marked`)."""
+    return -(-(n * width + 1) // 8)
+
+
+def _bits(codes: np.ndarray, width: int) -> np.ndarray:
+    """The low ``width`` bits of every code, least significant first, as one uint8 0/1 array."""
     if not 1 <= width <= MAX_WIDTH:
         raise ValueError(f"width={width}: codes of 1..{MAX_WIDTH} bits are supported")
     codes = np.asarray(codes, dtype=np.uint32).ravel()
     if codes.size and int(codes.max()) >> width:
         raise ValueError(f"a code does not fit in {width} bits (max {int(codes.max())})")
-    bits = ((codes[:, None] >> np.arange(width, dtype=np.uint32)) & 1).astype(np.uint8)
-    return np.packbits(bits.ravel(), bitorder="little")
+    return ((codes[:, None] >> np.arange(width, dtype=np.uint32)) & 1).astype(np.uint8).ravel()
+
+
+def _codes(bits: np.ndarray, n: int, width: int) -> np.ndarray:
+    """The ``n`` codes (uint32) whose bits are the first ``n * width`` of ``bits``."""
+    bits = bits[:n * width].reshape(n, width)
+    return (bits.astype(np.uint32) << np.arange(width, dtype=np.uint32)).sum(axis=1,
+                                                                            dtype=np.uint32)
+
+
+def pack(codes: np.ndarray, width: int) -> np.ndarray:
+    """uint8 array holding the low ``width`` bits of every code in ``codes``."""
+    return np.packbits(_bits(codes, width), bitorder="little")
 
 
 def unpack(data: np.ndarray, n: int, width: int) -> np.ndarray:
@@ -32,6 +55,24 @@ def unpack(data: np.ndarray, n: int, width: int) -> np.ndarray:
     if data.size != packed_nbytes(n, width):
         raise ValueError(f"{n} codes of {width} bits need {packed_nbytes(n, width)} bytes, "
                          f"got {data.size}")
-    bits = np.unpackbits(data, count=n * width, bitorder="little").reshape(n, width)
-    return (bits.astype(np.uint32) << np.arange(width, dtype=np.uint32)).sum(axis=1,
-                                                                            dtype=np.uint32)
+    return _codes(np.unpackbits(data, count=n * width, bitorder="little"), n, width)
+
+
+def pack_marked(codes: np.ndarray, width: int) -> np.ndarray:
+    """:func:`pack` of ``codes`` followed by the end mark: one 1 bit, then zeros."""
+    return np.packbits(np.append(_bits(codes, width), np.uint8(1)), bitorder="little")
+
+
+def unpack_marked(data: np.ndarray, n: int, width: int) -> np.ndarray:
+    """The ``n`` codes that :func:`pack_marked` stored in ``data``; ValueError when ``data``
+    holds another number of codes (its size or its end mark says so)."""
+    want = marked_nbytes(n, width)
+    bits = np.unpackbits(data, bitorder="little")
+    ones = np.flatnonzero(bits)
+    end = int(ones[-1]) if ones.size else -1  # the mark: the last 1 bit
+    if data.size != want or end != n * width:
+        held = (f"{end // width} codes" if end >= 0 and end % width == 0
+                else "no whole number of codes")
+        raise ValueError(f"expected {n} codes of {width} bit(s) ({want} bytes with the end "
+                         f"mark at bit {n * width}), got {data.size} bytes holding {held}")
+    return _codes(bits, n, width)

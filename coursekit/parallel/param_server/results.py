@@ -2,6 +2,15 @@
 
 Times are seconds since the run's start barrier (every rank takes its own start right after
 it, so the ranks' clocks line up to a message latency).
+
+Per-step records are bounded, so that a long run holds flat memory and a constant step time
+(issue 29: unbounded span lists grew ~1.2 KB per step, and summing them at every snapshot
+made each step slower than the last): every list of records (a worker's spans; a shard's
+staleness, from_worker and update_t) keeps the newest :data:`MAX_RECORDS` as a bounded
+:class:`~coursekit.comm.trace.Trace` (``.dropped`` counts the older ones), while what the
+chapter prints is summed over every step as the run goes: a worker's compute / idle / send
+seconds and a shard's staleness histogram (``staleness_counts``). A run shorter than the
+bound keeps every record.
 """
 
 from __future__ import annotations
@@ -13,15 +22,28 @@ import numpy as np
 from coursekit.parallel.param_server.config import PSConfig
 from coursekit.parallel.param_server.protocol import PSTopology
 
+MAX_RECORDS = 30_000
+"""How many records each per-step list keeps (the newest): ~10k steps of a worker's spans
+(three a step, ~130 bytes each: ~4 MB), 30k applied gradients of a shard. Read when a
+worker or a shard is built; set it before a run (threads) to change it."""
+
+MAX_CURVE_POINTS = 1_000
+"""How many accuracy snapshots a worker's curve keeps (``curve_*``; the live plot's too)."""
+
+SPAN_KINDS = ("compute", "idle", "send")
+
 
 @dataclass
 class ServerReport:
-    """One shard: its final weights and every update it applied.
+    """One shard: its final weights and the updates it applied.
 
     ``staleness[j]`` is the staleness of the j-th gradient applied (shard version when applied
     minus the version it was computed on) and ``from_worker[j]`` the worker it came from;
-    ``update_t[v]`` is when version v + 1 was reached. ``lost`` holds
-    ``(worker, t, clock)`` for every worker this shard declared lost.
+    ``update_t[v]`` is when version v + 1 was reached. All three keep the newest
+    :data:`MAX_RECORDS` (every one in a shorter run): ``dropped`` gradients and
+    ``updates_dropped`` versions came before them. ``staleness_counts`` is
+    ``{staleness: gradients}`` over every gradient applied, dropped ones included. ``lost``
+    holds ``(worker, t, clock)`` for every worker this shard declared lost.
     """
 
     shard: int
@@ -36,6 +58,9 @@ class ServerReport:
     errors: list = field(default_factory=list)
     lost: list = field(default_factory=list)
     checkpoints: list = field(default_factory=list)
+    staleness_counts: dict = field(default_factory=dict)
+    dropped: int = 0
+    updates_dropped: int = 0
 
 
 @dataclass
@@ -44,10 +69,14 @@ class WorkerReport:
 
     ``status``: "finished", "evicted" (a shard had declared it lost) or "crashed" (a
     simulated crash on a ThreadComm rank; a killed process returns no report at all).
-    ``spans``: :class:`~coursekit.parallel.spans.Span` s on the worker's rank, in seconds
-    from the start, with kind "compute", "idle" (waiting for weights) or "send" (pushing),
-    for a per-worker timeline. ``curve_*``: at each snapshot, the time,
-    the gradients the weights contained (shard 0's ``applied``) and their test accuracy.
+    ``compute_s``, ``idle_s``, ``send_s``: seconds spent in each, over the whole run.
+    ``spans``: the newest :data:`MAX_RECORDS` :class:`~coursekit.parallel.spans.Span` s on
+    the worker's rank (a :class:`~coursekit.comm.trace.Trace`: ``spans.dropped`` older ones
+    are gone), in seconds from the start, with kind "compute", "idle" (waiting for weights)
+    or "send" (pushing), for a per-worker timeline. ``curve_*``: at each snapshot, the time,
+    the gradients the weights contained (shard 0's ``applied``) and their test accuracy
+    (at most :data:`MAX_CURVE_POINTS`: a longer run keeps every other one, see
+    :class:`coursekit.live.Reporter`).
     """
 
     worker: int
@@ -81,8 +110,21 @@ class PSResult:
 
     @property
     def staleness(self) -> np.ndarray:
-        """Staleness of every applied gradient on every shard."""
+        """Staleness of every applied gradient on every shard (of the newest
+        :data:`MAX_RECORDS` per shard in a longer run: :meth:`staleness_histogram` counts
+        them all)."""
         return np.concatenate([s.staleness for s in self.servers])
+
+    def staleness_histogram(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, counts)`` of the staleness of every gradient applied on every shard,
+        however long the run: ``np.unique(result.staleness, return_counts=True)`` when no
+        record was dropped."""
+        total: dict[int, int] = {}
+        for s in self.servers:
+            for value, count in s.staleness_counts.items():
+                total[value] = total.get(value, 0) + count
+        values = np.array(sorted(total), np.int64)
+        return values, np.array([total[v] for v in values.tolist()], np.int64)
 
     @property
     def applied(self) -> int:
@@ -141,10 +183,11 @@ class PSResult:
     def summary(self) -> str:
         c = self.config
         model = f"SSP s={c.staleness}" if c.model == "ssp" else c.model.upper()
-        stale = self.staleness
+        values, counts = self.staleness_histogram()
+        mean = values @ counts / counts.sum() if len(counts) else 0
         lines = [f"{model}: {self.topology.workers} workers, {self.topology.servers} shard(s), "
-                 f"{self.applied} gradients applied in {self.wall_s:.2f} s; staleness max {stale.max(initial=0)}, "
-                 f"mean {stale.mean() if len(stale) else 0:.2f}"]
+                 f"{self.applied} gradients applied in {self.wall_s:.2f} s; staleness max {values.max(initial=0)}, "
+                 f"mean {mean:.2f}"]
         lines += [f"worker {d['worker']} lost at t = {d['t']:.2f} s (clock {d['clock']})"
                   for d in self.lost]
         lines += [f"error: {e}" for e in self.errors]

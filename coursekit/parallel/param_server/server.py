@@ -27,12 +27,13 @@ import logging
 
 import numpy as np
 
-from coursekit.comm.trace import now
+from coursekit.comm.trace import Trace, now
 from coursekit.nn.optim import make_optimizer
 from coursekit.parallel.checkpoint import ShardState
 from coursekit.parallel.param_server.consistency import combined_push, ordered_mean, pull_bound, ssp_gate
 from coursekit.parallel.param_server.protocol import (EVICTED, HELLO, OK, OP_NAMES, PULL, PUSH,
                                             TAG_GRAD, decode_request, recv_request, send_reply)
+from coursekit.parallel.param_server import results
 from coursekit.parallel.param_server.results import ServerReport
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,10 @@ class ShardServer:
         # iteration -> {worker: (grad or None, read_version)}
         self.pending: dict[int, dict[int, tuple]] = {}
         self.deferred: dict[int, int] = {}  # worker -> clock of its waiting pull
-        self.staleness, self.from_worker, self.update_t = [], [], []
+        # the newest results.MAX_RECORDS of each, and the histogram of every staleness
+        self.staleness, self.from_worker, self.update_t = (
+            Trace(maxlen=results.MAX_RECORDS) for _ in range(3))
+        self.staleness_counts: dict[int, int] = {}
         self.errors, self.lost, self.checkpoints = [], [], []
 
     def _restore(self) -> None:
@@ -153,7 +157,9 @@ class ShardServer:
             grads = [g for _, g, _ in items]
             self.opt.step(ordered_mean(grads) if average else grads[0])
         for w, _, read_version in items:
-            self.staleness.append(self.version - read_version)
+            stale = self.version - read_version
+            self.staleness.append(stale)
+            self.staleness_counts[stale] = self.staleness_counts.get(stale, 0) + 1
             self.from_worker.append(w)
         self.version += 1
         self.applied += n_steps
@@ -213,7 +219,9 @@ class ShardServer:
         return ServerReport(self.shard, self.lo, self.hi, self.params.copy(), self.version,
                             self.applied, np.array(self.staleness, np.int64),
                             np.array(self.from_worker, np.int64), np.array(self.update_t),
-                            self.errors, self.lost, self.checkpoints)
+                            self.errors, self.lost, self.checkpoints,
+                            dict(sorted(self.staleness_counts.items())),
+                            self.staleness.dropped, self.update_t.dropped)
 
 
 def serve(server: ShardServer) -> ServerReport:

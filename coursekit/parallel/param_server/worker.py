@@ -17,12 +17,13 @@ import numpy as np
 
 from coursekit import live
 from coursekit.comm import ThreadComm
-from coursekit.comm.trace import now
+from coursekit.comm.trace import Trace, now
 from coursekit.data import shard
 from coursekit.nn import MLP
 from coursekit.parallel.param_server.protocol import DONE, PULL, PUSH, recv_reply, send_request
-from coursekit.parallel.param_server.results import WorkerReport
-from coursekit.parallel.spans import Span, step_totals
+from coursekit.parallel.param_server import results
+from coursekit.parallel.param_server.results import SPAN_KINDS, WorkerReport
+from coursekit.parallel.spans import Span
 
 
 def batch_rows(seed: int, worker: int, step: int, n_rows: int, batch_size: int) -> np.ndarray:
@@ -54,8 +55,10 @@ class Worker:
         self.jitter = np.random.default_rng([config.seed, worker, 1 << 30])
         self.delay = float(config.straggler.get(worker, 0.0))
         self.crash_at = config.crash.get(worker)
-        self.spans: list[Span] = []
-        self.reporter = live.Reporter(interval=0.2, series=("t", "applied", "accuracy"))
+        self.spans = Trace(maxlen=results.MAX_RECORDS)  # the newest spans: a long run stays flat
+        self.totals = dict.fromkeys(SPAN_KINDS, 0.0)  # seconds per kind, over every span
+        self.reporter = live.Reporter(interval=0.2, series=("t", "applied", "accuracy"),
+                                      maxlen=results.MAX_CURVE_POINTS)
         self.next_snapshot = 0
         self.steps = 0
         # compile / load the kernels now, not inside the timed run
@@ -69,7 +72,9 @@ class Worker:
         return now() - self.t0
 
     def _span(self, kind: str, start: float) -> None:
-        self.spans.append(Span(self.rank, kind, start, self.elapsed()))
+        span = Span(self.rank, kind, start, self.elapsed())
+        self.spans.append(span)
+        self.totals[kind] += span.duration
 
     # ---- compute ------------------------------------------------------------------------------
     def compute(self, step: int) -> np.ndarray:
@@ -133,9 +138,6 @@ class Worker:
             send_request(self.comm, server, DONE, self.rank, clock)
 
     # ---- record -------------------------------------------------------------------------------
-    def _totals(self) -> dict:
-        return {k: step_totals(self.spans, (k,)) for k in ("compute", "idle", "send")}
-
     def snapshot(self, step: int) -> None:
         """If ``step`` reached the next snapshot: test accuracy of the weights just pulled,
         kept and published live (``coursekit.live``; ~0.1 ms for the digits test set)."""
@@ -144,11 +146,11 @@ class Worker:
         self.next_snapshot = step + self.cfg.eval_every
         self.reporter.log(t=self.elapsed(), applied=self.applied,
                           accuracy=self.mlp.accuracy(self.X_test, self.y_test),
-                          step=step, total=self.cfg.steps, idle=self._totals()["idle"],
+                          step=step, total=self.cfg.steps, idle=self.totals["idle"],
                           worker=self.worker)
 
     def report(self, status: str) -> WorkerReport:
-        wall, total, curve = self.elapsed(), self._totals(), self.reporter.record
+        wall, total, curve = self.elapsed(), self.totals, self.reporter.record
         self.reporter.log(step=self.cfg.steps, status=status)
         self.reporter.close()
         return WorkerReport(self.worker, status, self.steps, wall, total["compute"], total["idle"],

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coursekit.parallel.compression import (COMPRESSORS, FP16, QSGD, ErrorFeedback, NoCompression, PowerSGD,
-                                            RandomK, Sign, TernGrad, Threshold, TopK, Uniform,
-                                            make_compressor)
+from coursekit.parallel.compression import (COMPRESSORS, FP16, QSGD, Compressed, ErrorFeedback,
+                                            NoCompression, PowerSGD, RandomK, Sign, TernGrad,
+                                            Threshold, TopK, Uniform, make_compressor)
 from coursekit.parallel.compression import bitpack
 
 SIZES = [64, 32, 10]  # an MLP's layer sizes: 64*32 + 32 + 32*10 + 10 = 2410 parameters
@@ -55,7 +55,7 @@ def test_payload_bytes_match_the_documented_formulas(dtype):
     expected = {
         "none": N * s, "fp16": 2 * N,
         "uniform": s + -(-N * 8 // 8), "qsgd": s + -(-N * 4 // 8),  # 4 levels: 9 codes, 4 bits
-        "terngrad": s + -(-N * 2 // 8), "signsgd": -(-N // 8), "sign": s + -(-N // 8),
+        "terngrad": s + -(-N * 2 // 8), "signsgd": -(-(N + 1) // 8), "sign": s + -(-(N + 1) // 8),  # + end mark
         "topk": k * (4 + s), "randomk": k * (4 + s),
         "threshold": int(np.sum(np.abs(x) >= 0.1)) * (4 + s),
         "powersgd": ((64 + 32) * 2 + (32 + 10) * 2 + 32 + 10) * s,  # (m + n) r + biases
@@ -205,6 +205,31 @@ def test_bitpack_round_trips(width, n, seed):
     data = bitpack.pack(codes, width)
     assert data.dtype == np.uint8 and data.size == -(-n * width // 8)
     np.testing.assert_array_equal(bitpack.unpack(data, n, width), codes)
+    marked = bitpack.pack_marked(codes, width)
+    assert marked.size == -(-(n * width + 1) // 8)
+    np.testing.assert_array_equal(bitpack.unpack_marked(marked, n, width), codes)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_an_end_mark_tells_every_other_count_of_codes(width):
+    """Whatever the count, a payload of m codes is refused where n != m are expected, also
+    when both fill the same bytes (10 and 12 signs: 2 bytes)."""
+    for m in range(0, 40):
+        marked = bitpack.pack_marked(np.ones(m, np.uint32), width)
+        for n in range(0, 40):
+            if n == m:
+                assert bitpack.unpack_marked(marked, n, width).tolist() == [1] * n
+                continue
+            with pytest.raises(ValueError, match=f"expected {n} codes.* holding {m} codes"):
+                bitpack.unpack_marked(marked, n, width)
+
+
+def test_sign_refuses_a_payload_of_another_number_of_signs():
+    for make in (Sign, lambda: Sign(scaled=False)):
+        ten = make().compress(np.linspace(-1, 1, 10))
+        assert ten.nbytes == make().compress(np.linspace(-1, 1, 12)).nbytes  # same bytes
+        with pytest.raises(ValueError, match="expected 12 codes .* holding 10 codes"):
+            make().decompress(Compressed(ten.data, (12,), ten.dtype))
 
 
 # ---- PowerSGD --------------------------------------------------------------------------------
