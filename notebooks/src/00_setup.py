@@ -97,6 +97,16 @@ show()
 # training therefore send data **engine to engine** (chapter 2), never through
 # this notebook.
 #
+# ## Reading the numbers
+#
+# Your numbers will differ from the ones stored in these notebooks. Timings always do (the
+# cells that print them say so). A result of training differs too, in its last digits:
+# your CPU's float32 kernels (NumPy picks AVX-512, AVX2 or NEON code at run time, and
+# OpenBLAS its matrix kernels) round differently from ours, and training amplifies a last-bit
+# difference step after step. Such a value is printed after `≈` (test accuracy ≈95.3%),
+# and the cell checks what the text claims about it with a tolerance (within a point of the
+# uncompressed run, say) rather than its digits.
+#
 # ## Stop the cluster
 #
 # `c.stop()` interrupts busy engines and leaves no process behind. The chapters with live

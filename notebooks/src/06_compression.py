@@ -133,7 +133,7 @@ dense = runs["none"].final_accuracy
 with_ef = runs["topk ratio=0.01 + EF"].final_accuracy
 without_ef = runs["topk ratio=0.01"].final_accuracy
 for label, r in runs.items():
-    print(f"{label:22s} test accuracy {r.final_accuracy:.1%}   sent per worker "
+    print(f"{label:22s} test accuracy ≈{r.final_accuracy:.1%}   sent per worker "
           f"{r.wire_bytes[-1] / 1e6:.3f} MB")
 
 # %% [markdown]
@@ -170,7 +170,7 @@ for config in (CompressionConfig("signsgd"), CompressionConfig("sign"),
                CompressionConfig("sign", error_feedback=True)):
     runs[config.label] = train(engines, config)
 for label in ("none", "signsgd", "sign", "sign + EF"):
-    print(f"{label:10s} test accuracy per epoch: "
+    print(f"{label:10s} test accuracy per epoch: ≈"
           + " ".join(f"{a:.2f}" for a in runs[label].test_accuracy))
 assert runs["sign + EF"].final_accuracy >= runs["sign"].final_accuracy + 0.02
 assert abs(runs["sign + EF"].final_accuracy - dense) <= 0.01
@@ -236,6 +236,7 @@ links = {MEASURED: (alpha, beta),
          "InfiniBand / NVLink, 100 GB/s": (2e-6, 1 / 100e9)}
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained", sharey=True)
 curves = {}  # (p, link) -> the speedup at every gradient size
+wire_gain = {}  # (p, link) -> the speedup of the messages alone, without the codec
 for ax, p in zip(axes, (4, 64)):
     for name, (a, b) in links.items():
         dense_t = C.predict_seconds("allreduce", p, 4 * grid, a, b)
@@ -243,6 +244,7 @@ for ax, p in zip(axes, (4, 64)):
         codec = t_compress + p * t_decompress  # compress mine, decompress all p payloads
         speedup = dense_t / (topk_t + codec)
         curves[p, name] = speedup
+        wire_gain[p, name] = dense_t / topk_t
         ax.loglog(grid * 4, speedup, "o-", ms=3, label=name)
     ax.axhline(1, color=color("idle"), lw=1)
     ax.set(xlabel="gradient size [bytes]", title=f"top-k 1%, p = {p} workers")
@@ -255,7 +257,7 @@ for name in links:
     print(f"{name:32s} speedup at 16 MB: p=4 {at_16mb[4]:#.2g}x, p=64 {at_16mb[64]:#.2g}x; "
           f"up to 16 KiB at most {max(curves[p, name][small].max() for p in (4, 64)):#.2g}x")
     if name != MEASURED:  # the measured link may go either way: the text below says why
-        assert at_16mb[64] < at_16mb[4], (name, at_16mb)
+        assert wire_gain[64, name][-1] < wire_gain[4, name][-1], (name, wire_gain)
     assert all(curves[p, name][small].max() <= 2.05 for p in (4, 64))
 
 # %% [markdown]
@@ -266,9 +268,13 @@ for name in links:
 # * **Fast networks**: at 100 GB/s sending 4 bytes costs less than selecting and
 #   decoding them on a CPU; a GPU codec moves this line, it does not remove it.
 # * **Many workers**: the allgathered payload grows with p (p · 8k bytes against the
-#   allreduce's 2n), and every rank decodes p payloads, so for a large gradient top-k 1%
-#   does worse at 64 workers than at 4 on Ethernet and on InfiniBand (at 16 MB: printed
-#   under the plot). Latency pulls the other way: the ring allreduce pays 2(p-1) latencies,
+#   allreduce's 2n), and every rank decodes p payloads. So for a large gradient the
+#   messages of top-k 1% gain less over the allreduce at 64 workers than at 4 on Ethernet
+#   and on InfiniBand (at 16 MB; the cell checks it from the formulas). Whether the whole
+#   exchange, codec included, follows depends on this machine's codec: the p decodes grow
+#   with p, the one compression does not, and where compressing dominates (a slow or busy
+#   CPU) the dense allreduce's own growth with p can win: read the printed lines.
+#   Latency pulls the other way: the ring allreduce pays 2(p-1) latencies,
 #   the allgather p-1, so on a link whose $\alpha$ is large against its $n\beta$ more
 #   workers can favour top-k. Which way this machine's fitted link goes depends on the fit
 #   (an engine descheduled during the ping-pong inflates $\alpha$): read its printed line.
@@ -296,8 +302,8 @@ from coursekit.parallel.compression.inference import int8_report
 trained = MLP([64, 64, 10], seed=0)
 trained.params[...] = runs["none"].params[0]
 report = int8_report(trained, digits.X_test, digits.y_test)
-print(f"float32: {report.float_accuracy:.1%} test accuracy, {report.float_bytes} bytes")
-print(f"int8:    {report.int8_accuracy:.1%} test accuracy, {report.int8_bytes} bytes "
+print(f"float32: ≈{report.float_accuracy:.1%} test accuracy, {report.float_bytes} bytes")
+print(f"int8:    ≈{report.int8_accuracy:.1%} test accuracy, {report.int8_bytes} bytes "
       f"({report.size_ratio:.1f}x smaller)")
 assert abs(report.int8_accuracy - report.float_accuracy) <= 0.01 and report.size_ratio > 3.5
 

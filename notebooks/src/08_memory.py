@@ -179,8 +179,8 @@ from coursekit.nn.mixed_precision_demos import compare_formats, overflow, underf
 
 u = underflow(epochs=20)
 for label, lost, err in zip(u.labels, u.lost_activation_grads, u.grad_error):
-    print(f"{label:18s} activation gradients lost {lost:7.2%}, weight-gradient error {err:.2%}")
-print(f"predicted for fp16 without scaling (fp32 values <= 2^-25): {u.below_fp16:.2%}")
+    print(f"{label:18s} activation gradients lost ≈{lost:.2%}, weight-gradient error ≈{err:.2%}")
+print(f"predicted for fp16 without scaling (fp32 values <= 2^-25): ≈{u.below_fp16:.2%}")
 
 fig, ax = plt.subplots(figsize=(7, 3), layout="constrained")
 nonzero = u.fp32_activation_grads[u.fp32_activation_grads > 0]
@@ -207,7 +207,7 @@ print("PASS: fp16 without scaling loses over 10% of the activation gradients (as
 plain = compare_formats(seed=0)
 tiny = compare_formats(seed=0, loss_weight=2.0**-22)
 for name, result in (("loss as is", plain), ("loss x 2^-22", tiny)):
-    print(name + ": " + ", ".join(f"{label} {acc:.1%}" for label, acc in
+    print(name + ": " + ", ".join(f"{label} ≈{acc:.1%}" for label, acc in
                                   zip(result.labels, result.test_accuracy)))
 fp32 = plain.test_accuracy[0]
 assert np.all(np.abs(plain.test_accuracy - fp32) <= 0.015)
