@@ -64,10 +64,10 @@ $(CLASS_STAMP): pyproject.toml constraints.txt
 	touch $@
 
 notebooks: $(STAMP)
-	$(BIN)/python -m coursekit.notebooks execute
+	$(BIN)/python -m coursekit notebooks execute
 
 exercises: $(STAMP)
-	$(BIN)/python -m coursekit.notebooks exercises
+	$(BIN)/python -m coursekit notebooks exercises
 
 bench:
 	$(MAKE) install EXTRAS=test,mpi,bench

@@ -42,7 +42,7 @@ def pytest_addoption(parser):
         "--numerics", choices=("host", "off-host"), default="host",
         help="off-host: run the notebooks' kernels (and their engines) with NumPy's SIMD "
              "dispatch and Numba's target below this CPU's, as on another machine "
-             "(coursekit.notebooks.off_host_numerics); make test passes it")
+             "(coursekit.course.notebooks.off_host_numerics); make test passes it")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -50,7 +50,7 @@ def pytest_runtest_setup(item):
     """Before the first notebook cell starts its kernel, switch the run's environment to
     off-host numerics when asked (unit tests before it keep the host's)."""
     if item.config.getoption("numerics") == "off-host" and str(item.path).endswith(".ipynb"):
-        from coursekit.notebooks import off_host_numerics
+        from coursekit.course.notebooks import off_host_numerics
 
         os.environ.update(off_host_numerics())
 
@@ -60,7 +60,7 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_sessionfinish(session):
-    from coursekit.processes import end_cluster_processes
+    from coursekit.cluster.processes import end_cluster_processes
 
     end_cluster_processes(IPYTHON_DIR)
     shutil.rmtree(IPYTHON_DIR, ignore_errors=True)

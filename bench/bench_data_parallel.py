@@ -51,7 +51,7 @@ def main(argv=None):
     from coursekit.parallel.data_parallel import experiments as ex
     from coursekit.parallel.data_parallel import DPConfig, train
     from coursekit.parallel.data_parallel.strategies import predict_comm
-    from coursekit.runner import ClusterRunner
+    from coursekit.cluster.runner import ClusterRunner
 
     data = make_classification(4096, args.sizes[0], args.sizes[-1], seed=0)
     cfg = DPConfig(sizes=tuple(args.sizes), batch_size=32, epochs=100, max_steps=args.steps,

@@ -450,7 +450,7 @@ def _slowest_step(data: list[dict]) -> int:
 def section_async(args) -> dict:
     from coursekit.data import load_digits
     from coursekit.parallel.param_server.async_sgd import PSConfig, PSTopology, collect, train
-    from coursekit.runner import LocalRunner
+    from coursekit.cluster.runner import LocalRunner
 
     duration = 15.0 if args.quick else args.async_seconds
     data = load_digits()

@@ -1,9 +1,9 @@
 """The ``coursekit`` command: one entry point for the course's tools.
 
-    coursekit preflight --engines 4        # check a cluster (python -m coursekit.preflight)
-    coursekit profiles slurm ...           # write an ipcluster profile (coursekit.profiles)
-    coursekit release student OUT          # a student folder without solutions (coursekit.release)
-    coursekit notebooks execute            # rebuild the stored notebooks (coursekit.notebooks)
+    coursekit preflight --engines 4        # check a cluster (coursekit.cluster.preflight)
+    coursekit profiles slurm ...           # write an ipcluster profile (coursekit.cluster.profiles)
+    coursekit release student OUT          # a student folder without solutions (coursekit.course.release)
+    coursekit notebooks execute            # rebuild the stored notebooks (coursekit.course.notebooks)
 
 Each command is the ``main`` of its module; ``coursekit COMMAND --help`` lists its options.
 """
@@ -18,6 +18,12 @@ COMMANDS = {
     "profiles": "write an ipcluster profile for Slurm or MPI",
     "release": "write a student release, or grade submitted exercises",
     "notebooks": "run the notebook sources and store them with outputs; regenerate exercises",
+}
+MODULES = {  # the module whose main each command runs
+    "preflight": "coursekit.cluster.preflight",
+    "profiles": "coursekit.cluster.profiles",
+    "release": "coursekit.course.release",
+    "notebooks": "coursekit.course.notebooks",
 }
 
 
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"coursekit: unknown command {command!r}; allowed: {', '.join(COMMANDS)}\n\n{usage()}",
               file=sys.stderr)
         return 2
-    return importlib.import_module(f"coursekit.{command}").main(rest)
+    return importlib.import_module(MODULES[command]).main(rest)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ The cost model (:mod:`coursekit.costmodel`) prices one message of n bytes at
 
 and the reduction of n bytes (``a += b`` on the chunk a rank receives) at ``n gamma``.
 This module measures them where the work runs: on the ranks of a runner
-(:mod:`coursekit.runner`: ``LocalRunner(n)`` threads or ``ClusterRunner(cluster)``
+(:mod:`coursekit.cluster.runner`: ``LocalRunner(n)`` threads or ``ClusterRunner(cluster)``
 engines), so the notebooks, the preflight check, the simulator and the benchmarks all
 fit the same way. Three message patterns (``pattern=``):
 
@@ -39,7 +39,7 @@ import numpy as np
 from coursekit import checks
 from coursekit.collectives import reduce
 from coursekit.costmodel import LinkFit, fit
-from coursekit.runner import Runner
+from coursekit.cluster.runner import Runner
 
 __all__ = ["PATTERNS", "SIZES", "MeasuredLink", "gamma", "link", "link_fit", "pingpong_times",
            "reduce_seconds_per_byte", "ring_swap_times", "swap_times"]

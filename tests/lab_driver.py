@@ -49,7 +49,7 @@ class Lab:
         self.port = free_port()
         self.log_path = workdir / "lab.log"
         # the kernels and their clusters inherit an IPYTHONDIR of their own: the test
-        # finds every cluster process the course left (coursekit.processes)
+        # finds every cluster process the course left (coursekit.cluster.processes)
         self.ipython_dir = workdir / "ipython"
         env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
                    IPYTHONDIR=str(self.ipython_dir),

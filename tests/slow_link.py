@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 
 class SlowLinkRunner(LocalRunner):

@@ -45,15 +45,16 @@ from coursekit.parallel.data_parallel.lr_rules import LRSchedule, scaled_lr
 from coursekit.parallel.pipeline import (F, I, Action, Schedule, run_pipeline, schedule, simulate,
                                          stage_layers, validate)
 from coursekit.parallel.tensor_parallel import TensorParallelMLP
-from coursekit import contention, datafile, sim
+from coursekit import datafile, sim
+from coursekit.cluster import contention
 from coursekit.comm import engine_trace, reset_comm, setup_comm, teardown_comm
 from coursekit.comm.group import first_ranks, subcomm
 from coursekit.nn.warmup import warm_up
 from coursekit.parallel import checkpoint
-from coursekit.preflight import run_preflight
+from coursekit.cluster.preflight import run_preflight
 from coursekit.roundtrip import measure_round_trips
 from coursekit.sim import resnet50
-from coursekit.runner import ClusterRunner, LocalRunner
+from coursekit.cluster.runner import ClusterRunner, LocalRunner
 
 PACKAGE = Path(coursekit.__file__).resolve().parent
 BOUND_S = 2.0

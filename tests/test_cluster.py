@@ -7,7 +7,7 @@ import pytest
 from ipyparallel import interactive  # ship these test functions by value
 
 from coursekit import cluster
-from coursekit.processes import cluster_processes
+from coursekit.cluster.processes import cluster_processes
 
 
 @interactive

@@ -1,4 +1,4 @@
-"""Panels say when other users' work disturbs the timings (coursekit.contention).
+"""Panels say when other users' work disturbs the timings (coursekit.cluster.contention).
 
 A second client (another student on the same cluster) queues work on our engines, or
 processes spin on the host: the measurement says disturbed and names why, fast (it never
@@ -11,7 +11,7 @@ import ipywidgets as widgets
 import pytest
 from ipyparallel import interactive  # ship the engine function by value
 
-from coursekit.contention import BUSY_THRESHOLD, Contention, observe
+from coursekit.cluster.contention import BUSY_THRESHOLD, Contention, observe
 from coursekit.widgets.panel import Panel
 
 

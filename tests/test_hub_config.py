@@ -6,7 +6,7 @@ import runpy
 import pytest
 from traitlets.config import Config
 
-from coursekit.profiles import TEMPLATES
+from coursekit.cluster.profiles import TEMPLATES
 
 CONFIG = TEMPLATES / "jupyterhub" / "jupyterhub_config.py"
 

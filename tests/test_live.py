@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from coursekit import live
-from coursekit.runner import LocalRunner, RankFailure
+from coursekit.cluster import live
+from coursekit.cluster.runner import LocalRunner, RankFailure
 
 
 def counting(comm, steps, gate=None):

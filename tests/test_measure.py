@@ -14,7 +14,7 @@ from slow_link import SlowLinkRunner
 from coursekit import measure
 from coursekit.comm import run_local
 from coursekit.costmodel import LinkFit
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 THREADS = LocalRunner(3)
 

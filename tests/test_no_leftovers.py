@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.processes import cluster_processes, describe, end_cluster_processes
+from coursekit.cluster.processes import cluster_processes, describe, end_cluster_processes
 
 
 @pytest.mark.last
@@ -19,7 +19,7 @@ def test_no_cluster_process_survives_the_run(ipython_dir):
 
 @pytest.mark.last
 def test_no_scratch_folder_of_this_run_survives(ipython_dir):
-    """Chapters 3 and 4 write to coursekit.scratch folders; each goes with its kernel."""
+    """Chapters 3 and 4 write to coursekit.cluster.scratch folders; each goes with its kernel."""
     started = os.stat(ipython_dir).st_ctime  # made when the run began (conftest.py)
     deadline = time.monotonic() + 5.0  # the watchers poll every 0.5 s
 

@@ -14,7 +14,7 @@ import sys
 import nbformat
 import pytest
 
-from coursekit import notebooks as nb
+from coursekit.course import notebooks as nb
 
 SOURCES = nb.all_sources()
 SOLUTIONS = sorted((nb.ROOT / "solutions").glob("*.ipynb"))
@@ -40,7 +40,7 @@ def test_there_is_a_notebook_for_every_chapter_zero_source():
 def test_stored_notebook_matches_its_source_and_is_fully_executed(source):
     stored = nbformat.read(nb.notebook_for(source), as_version=4)
     assert code_and_markdown(stored) == code_and_markdown(nb.parse_source(source.read_text())), (
-        f"{nb.notebook_for(source).name} is stale: run python -m coursekit.notebooks execute {source}"
+        f"{nb.notebook_for(source).name} is stale: run coursekit notebooks execute {source}"
     )
     code = [c for c in stored.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code)
@@ -75,7 +75,7 @@ def test_every_notebook_has_a_source():
 def test_committed_exercise_is_generated_from_its_solution(solution):
     committed = nbformat.read(nb.exercise_path(solution), as_version=4)
     generated = nb.exercise_from(nbformat.read(solution, as_version=4))
-    assert committed == generated, f"run: python -m coursekit.notebooks exercises"
+    assert committed == generated, f"run: coursekit notebooks exercises"
     text = "\n".join(c.source for c in committed.cells)
     assert "### BEGIN SOLUTION" not in text and "raise NotImplementedError" in text
 
@@ -175,7 +175,7 @@ def test_strip_solutions_rejects_broken_markers(text, message):
 
 @pytest.mark.slow  # the command in its own process
 def test_cli_rejects_a_missing_notebook_with_one_clear_line():
-    result = subprocess.run([sys.executable, "-m", "coursekit.notebooks", "execute", "notebooks/99_nope.ipynb"],
+    result = subprocess.run([sys.executable, "-m", "coursekit", "notebooks", "execute", "notebooks/99_nope.ipynb"],
                             capture_output=True, text=True, timeout=60, cwd=nb.ROOT)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0

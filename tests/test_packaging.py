@@ -1,5 +1,8 @@
-"""pyproject.toml (pip) and environment.yml (conda / Binder) list the same packages."""
+"""pyproject.toml (pip) and environment.yml (conda / Binder) list the same packages; the
+package root reads as the course's map (the cluster's lifecycle and the course's tooling
+are a package each)."""
 
+import importlib
 import re
 import tomllib
 from pathlib import Path
@@ -63,3 +66,40 @@ def test_every_dependency_is_pinned_within_its_range():
         assert name in pins, f"{name} is not pinned in constraints.txt (run make lock)"
         version = pins[name].removeprefix("==")
         assert version in SpecifierSet(spec), f"constraints.txt pins {name}=={version}, outside {spec}"
+
+
+# The cluster's lifecycle and the course's tooling, each one package (issue 29, "Layout").
+LIFECYCLE = ("cluster", "runner", "reaper", "processes", "contention", "scratch", "profiles",
+             "preflight", "live")
+TOOLING = ("notebooks", "release", "gradebook")
+
+
+def test_the_package_root_holds_no_module_of_the_cluster_or_the_course_tooling():
+    import coursekit
+
+    for package in {ROOT / "coursekit", Path(coursekit.__file__).resolve().parent}:
+        at_root = {path.stem for path in package.glob("*.py")} & {*LIFECYCLE, *TOOLING}
+        assert not at_root, f"{sorted(at_root)} belong in coursekit/cluster/ or coursekit/course/"
+        assert all((package / group / "__init__.py").is_file() for group in ("cluster", "course"))
+    for name in LIFECYCLE[1:]:
+        assert importlib.import_module(f"coursekit.cluster.{name}").__file__.endswith(f"cluster/{name}.py")
+    for name in TOOLING:
+        assert importlib.import_module(f"coursekit.course.{name}").__file__.endswith(f"course/{name}.py")
+
+
+def test_from_coursekit_import_cluster_gives_the_start_function():
+    from coursekit import cluster
+    from coursekit.cluster import CourseCluster, connect, start, this_engine
+
+    assert cluster.__name__ == "coursekit.cluster" and hasattr(cluster, "__path__")  # the package
+    assert cluster.start is start and cluster.connect is connect and callable(start)
+    assert cluster.CourseCluster is CourseCluster and cluster.this_engine is this_engine
+
+
+def test_every_coursekit_command_runs_the_main_of_a_module_in_cluster_or_course():
+    from coursekit.__main__ import COMMANDS, MODULES
+
+    assert set(MODULES) == set(COMMANDS)
+    for command, module in MODULES.items():
+        assert module in (f"coursekit.cluster.{command}", f"coursekit.course.{command}")
+        assert callable(importlib.import_module(module).main)

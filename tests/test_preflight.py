@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from coursekit.preflight import engine_facts, run_preflight
+from coursekit.cluster.preflight import engine_facts, run_preflight
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_gpu_count_follows_cuda_visible_devices(monkeypatch, tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "coursekit.preflight", *args],
+    return subprocess.run([sys.executable, "-m", "coursekit", "preflight", *args],
                           capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, COURSEKIT_CLUSTER=""))
 

@@ -7,7 +7,7 @@ import time
 
 import psutil
 
-from coursekit.processes import alive, end_processes
+from coursekit.cluster.processes import alive, end_processes
 
 IGNORES_SIGTERM = """
 import signal, time

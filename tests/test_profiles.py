@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.profiles import (ProfileError, SlurmSpec, check_sbatch, main, parse_sinfo,
+from coursekit.cluster.profiles import (ProfileError, SlurmSpec, check_sbatch, main, parse_sinfo,
                                 render_mpi, render_slurm, write_profile)
 
 SINFO = "gpu* gpu:tesla:4(S:0-1)\nbig gpu:a100:8,tmpdisk:100\ncpu (null)\n"
@@ -152,7 +152,7 @@ def test_mpi_profile_starts_mpi_engines(ipython_dir):
     import ipyparallel as ipp
 
     from coursekit import cluster
-    from coursekit.preflight import run_preflight
+    from coursekit.cluster.preflight import run_preflight
 
     folder = write_profile(render_mpi(2, ipython_dir, profile="ck-mpi-test"), ipython_dir,
                            "ck-mpi-test")

@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from coursekit.processes import cluster_processes, describe, end_cluster_processes
-from coursekit.reaper import POLL_S, main as reaper_main
+from coursekit.cluster.processes import cluster_processes, describe, end_cluster_processes
+from coursekit.cluster.reaper import POLL_S, main as reaper_main
 
 OWNER = """
 import os, sys, time
@@ -57,11 +57,11 @@ def test_a_stopped_cluster_ends_its_reaper(tmp_path, monkeypatch):
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
     c = cluster.start(n=1)
     reaper = psutil.Process(c._reaper.pid)
-    assert "coursekit.reaper" in " ".join(reaper.cmdline())
+    assert "coursekit.cluster.reaper" in " ".join(reaper.cmdline())
     c.stop()
     assert not reaper.is_running() and cluster_processes(str(tmp_path)) == []
 
 
 def test_the_reaper_refuses_bad_arguments(capsys):
     assert reaper_main(["12"]) == 2 and reaper_main(["x", "1"]) == 2
-    assert "usage: python -m coursekit.reaper OWNER_PID PID" in capsys.readouterr().err
+    assert "usage: python -m coursekit.cluster.reaper OWNER_PID PID" in capsys.readouterr().err

@@ -16,16 +16,16 @@ import nbformat
 import psutil
 import pytest
 
-from coursekit import notebooks as nb
-from coursekit import release
-from coursekit.processes import end_processes
+from coursekit.course import notebooks as nb
+from coursekit.course import release
+from coursekit.cluster.processes import end_processes
 
 EXERCISES = ("00_latency_bandwidth", "02_collectives")
 TIMEOUT_S = 20
 
 
 def command(*args):
-    return [sys.executable, "-m", "coursekit.release", *map(str, args)]
+    return [sys.executable, "-m", "coursekit", "release", *map(str, args)]
 
 
 def cli(*args):
@@ -203,7 +203,7 @@ def test_grade_rejects_bad_input_with_a_clear_error(tmp_path):
 
 def test_expected_checks_are_the_grading_functions_the_exercise_calls():
     exercise = nbformat.read(nb.ROOT / "exercises" / "02_collectives.ipynb", as_version=4)
-    from coursekit.gradebook import expected_checks
+    from coursekit.course.gradebook import expected_checks
 
     assert expected_checks(exercise) == ["check_binomial_bcast", "check_ring_allreduce"]
 

@@ -1,10 +1,10 @@
-"""coursekit.runner: one way to run fn(comm, ...) on k ranks, in this process or on engines."""
+"""coursekit.cluster.runner: one way to run fn(comm, ...) on k ranks, in this process or on engines."""
 
 import pytest
 from ipyparallel import interactive  # engines get these test functions by value
 
 from coursekit.comm import setup_comm
-from coursekit.runner import ClusterRunner, LocalRunner, RankFailure
+from coursekit.cluster.runner import ClusterRunner, LocalRunner, RankFailure
 
 
 @interactive
@@ -21,7 +21,7 @@ def fails_on(comm, bad_rank):
 
 @interactive
 def publishes(comm, steps):
-    from coursekit import live
+    from coursekit.cluster import live
 
     reporter = live.Reporter(interval=0.0)
     for step in range(1, steps + 1):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from coursekit import scratch
+from coursekit.cluster import scratch
 
-MAKER = ("from coursekit.scratch import scratch_dir; d = scratch_dir('coursekit-test-'); "
+MAKER = ("from coursekit.cluster.scratch import scratch_dir; d = scratch_dir('coursekit-test-'); "
          "(d / 'f.npy').write_bytes(b'x'); print(d, flush=True); import time; time.sleep(60)")
 
 
@@ -46,7 +46,7 @@ def test_only_coursekit_scratch_folders_are_ever_removed(tmp_path):
     try:
         with pytest.raises(ValueError, match="not a coursekit scratch folder"):
             scratch.remove_when_gone(999999999, victim)
-        done = subprocess.run([sys.executable, "-m", "coursekit.scratch", "1", str(victim)],
+        done = subprocess.run([sys.executable, "-m", "coursekit.cluster.scratch", "1", str(victim)],
                               capture_output=True, text=True, timeout=30)
         assert done.returncode == 2 and "refusing to remove it" in done.stderr
         assert victim.exists()

@@ -19,7 +19,7 @@ from coursekit.data import load_digits
 from coursekit.parallel import data_parallel
 from coursekit.parallel.param_server import PSConfig, train
 from coursekit.parallel.data_parallel.config import DPConfig
-from coursekit.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner
 
 
 def engine_pids(c) -> list[int]:

@@ -23,8 +23,8 @@ from typing import Callable
 
 import pytest
 
-from coursekit.notebooks import PROGRESS_BAR, RAW_WIDGET_REPR
-from coursekit.processes import cluster_processes, describe
+from coursekit.course.notebooks import PROGRESS_BAR, RAW_WIDGET_REPR
+from coursekit.cluster.processes import cluster_processes, describe
 from lab_driver import (CHROMIUM, CHROMIUM_ARGS, Lab, error_outputs, open_notebook,
                         run_all_cells, shut_down_kernel)
 

@@ -1,7 +1,7 @@
 """Time collectives on any Comm and compare with the cost model (pure experiment functions).
 
 :func:`time_collective` runs on every rank (a ThreadComm rank, an engine, an MPI rank);
-:func:`measure_and_predict` drives it on the first p ranks of a runner (:mod:`coursekit.runner`:
+:func:`measure_and_predict` drives it on the first p ranks of a runner (:mod:`coursekit.cluster.runner`:
 ``LocalRunner(4)`` for ThreadComm ranks, ``ClusterRunner(cluster)`` for engines), in the
 shape of every chapter's experiment, a runner, then the config, then what it runs on::
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import checks, costmodel
-from ..runner import Runner
+from ..cluster.runner import Runner
 from . import ALGORITHMS, FUNCTIONS
 
 _ROOTED = ("bcast", "scatter", "gather", "reduce")
@@ -117,8 +117,8 @@ class CollectiveTiming:
 def measure_and_predict(runner: Runner, config: TimingConfig, link, *,
                         workers: int | None = None) -> CollectiveTiming:
     """Time ``config``'s collective at each of its sizes on the first ``workers`` ranks of
-    ``runner`` (default all of them): a :class:`~coursekit.runner.LocalRunner` (ThreadComm
-    ranks) or a :class:`~coursekit.runner.ClusterRunner` (engines, after ``setup_comm``).
+    ``runner`` (default all of them): a :class:`~coursekit.cluster.runner.LocalRunner` (ThreadComm
+    ranks) or a :class:`~coursekit.cluster.runner.ClusterRunner` (engines, after ``setup_comm``).
 
     ``link``: the fitted link the prediction uses, anything with ``.alpha`` (s) and
     ``.beta`` (s/B): :func:`coursekit.measure.link`'s result or

@@ -3,12 +3,12 @@
     from coursekit import cluster
     from coursekit.comm import setup_comm
     from coursekit.comm.examples import ring_exchange
-    from coursekit.runner import ClusterRunner
+    from coursekit.cluster.runner import ClusterRunner
     with cluster.start(n=4) as c:
         setup_comm(c)                                   # ZmqComm on loopback (or MpiComm)
         ClusterRunner(c).run(ring_exchange, 8)          # runs ring_exchange(comm, 8) everywhere
 
-Experiments and notebooks start work on ranks with a runner (:mod:`coursekit.runner`), which
+Experiments and notebooks start work on ranks with a runner (:mod:`coursekit.cluster.runner`), which
 gives ``fn`` a Comm of the ranks it asked for. :func:`call_with_comm` hands ``fn`` the
 engine's own comm through ``cluster.run``: for the tests of the transport itself (its
 addresses, its trace, what a reset drops, how an engine's death is reported).

@@ -42,7 +42,7 @@ def _ask(gate, clock, clocks, s) -> bool:
 def _run(gate, **kwargs):
     from coursekit.data import load_digits
     from coursekit.parallel.param_server import PSConfig, train
-    from coursekit.runner import LocalRunner
+    from coursekit.cluster.runner import LocalRunner
 
     config = PSConfig(steps=15, dtype="float64", timeout=TIMEOUT, **kwargs)
     try:

@@ -25,7 +25,7 @@ from coursekit.grading.core import CheckFailure, check
 from coursekit.parallel.compression import Exchanged
 from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.parallel.compression.sparsification import keep_count
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 TIMEOUT = 5.0
 STEPS = 4

@@ -15,7 +15,7 @@ The decorated check returns a :class:`CheckResult`, which is truthy only on a
 pass, so tests can ``assert check_x(solution)`` and ``assert not check_x(stub)``.
 
 When the environment names a file in ``COURSEKIT_GRADING_LOG`` (the gradebook,
-:mod:`coursekit.gradebook`, sets it for the kernel it grades in), every check also
+:mod:`coursekit.course.gradebook`, sets it for the kernel it grades in), every check also
 appends one JSON line ``{"check": <function name>, "status": ...}`` to it: the
 grader counts results from that file instead of parsing the printed lines.
 """

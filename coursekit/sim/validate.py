@@ -21,7 +21,7 @@ import numpy as np
 from coursekit import checks, measure
 from coursekit.nn.layout import check_sizes, n_params
 from coursekit.parallel.data_parallel import DPConfig, train
-from coursekit.runner import Runner
+from coursekit.cluster.runner import Runner
 
 from .network import Network
 from .step import Workload, simulate_step
@@ -49,7 +49,7 @@ class Validation:
 
 def measure_and_simulate(runner, p: int, *, sizes=(64, 512, 512, 10), batch: int = 64,
                          steps: int = 20, seed: int = 0) -> Validation:
-    """Measure and simulate on the first ``p`` ranks of ``runner`` (:mod:`coursekit.runner`:
+    """Measure and simulate on the first ``p`` ranks of ``runner`` (:mod:`coursekit.cluster.runner`:
     ``ClusterRunner(cluster)`` for engines, ``LocalRunner(p)`` for threads): an MLP of
     layer ``sizes``, ``batch`` examples per rank and step, ``steps`` steps (medians over
     them), synthetic data from ``seed``."""

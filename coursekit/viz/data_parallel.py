@@ -3,7 +3,7 @@
 Each function draws a result of :mod:`~coursekit.parallel.data_parallel.sync_sgd` or
 :mod:`~coursekit.parallel.data_parallel.experiments` and returns its Figure: it draws into
 ``fig`` when given one, else into a new pyplot figure (a notebook shows it).
-:func:`plot_live` draws the ranks' streamed data (:mod:`coursekit.live`) while a run goes.
+:func:`plot_live` draws the ranks' streamed data (:mod:`coursekit.cluster.live`) while a run goes.
 """
 
 from __future__ import annotations

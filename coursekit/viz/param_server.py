@@ -1,7 +1,7 @@
 """Chapter 4's pictures: parameter-server runs under BSP, SSP and ASP.
 
 :func:`plot_live` draws each worker's test accuracy against wall-clock time while a run
-goes (from the streamed data of :mod:`coursekit.live`); :func:`plot_runs` compares
+goes (from the streamed data of :mod:`coursekit.cluster.live`); :func:`plot_runs` compares
 finished runs (a :class:`~coursekit.parallel.param_server.results.PSResult` each) by
 accuracy against time and against gradients applied, with the last run's staleness
 histogram and where each worker's time went; :func:`plot_worker_timeline` draws one run's

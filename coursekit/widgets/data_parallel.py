@@ -40,7 +40,7 @@ def live_label(data) -> str:
 
 
 class LiveView(LiveRepr, widgets.VBox):
-    """``on_update`` for :func:`coursekit.live.follow`: :func:`plot_live` and a label,
+    """``on_update`` for :func:`coursekit.cluster.live.follow`: :func:`plot_live` and a label,
     redrawn as the data arrive."""
 
     def __init__(self):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from coursekit.processes import alive
+from coursekit.cluster.processes import alive
 
 __all__ = ["cluster_problem", "error_message"]
 

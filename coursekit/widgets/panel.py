@@ -24,14 +24,14 @@ status line, ``self.plot.value = png(fig)`` for the picture). The base does the 
   by the notebook, e.g. ``lambda: cluster.start(n=4)``), ``prepare``-s the new cluster and
   uses it from then on (``panel.cluster``). Every wait has a timeout: the kernel never
   freezes on a dead cluster.
-- Progress streamed from the engines (:mod:`coursekit.live`): pass :meth:`Panel.on_data`
+- Progress streamed from the engines (:mod:`coursekit.cluster.live`): pass :meth:`Panel.on_data`
   as the experiment's ``on_update``; it moves the progress bar (the smallest ``step`` of
   the ranks that report a ``total``) and calls the panel's :meth:`Panel.draw_live` hook at most
   every ``live_interval`` seconds (drawing a figure takes a good fraction of a second).
 
 Key widgets carry CSS classes, for the browser test and for styling: ``ck-panel``,
 ``ck-run``, ``ck-stop``, ``ck-restart``, ``ck-clear``, ``ck-status``, ``ck-notice`` (other
-users disturbing the timings: :mod:`coursekit.contention`), ``ck-progress``,
+users disturbing the timings: :mod:`coursekit.cluster.contention`), ``ck-progress``,
 ``ck-plot``.
 """
 
@@ -111,7 +111,7 @@ class Panel(LiveRepr, widgets.VBox):
     ``auto=True``: every change of a control runs the experiment at once (for fast,
     simulated experiments); Run still works. ``cluster``: the cluster the experiment uses
     (Stop interrupts it, its health is watched); ``runner``: a
-    :class:`~coursekit.runner.LocalRunner` to run on instead of a cluster (tests, a quick
+    :class:`~coursekit.cluster.runner.LocalRunner` to run on instead of a cluster (tests, a quick
     demo); :meth:`runner` gives the one to use now. ``restart() -> cluster`` and
     ``prepare(cluster)``: see the module docstring. The latest result is ``panel.result``
     (None after an error or a stop).
@@ -137,7 +137,7 @@ class Panel(LiveRepr, widgets.VBox):
         self.progress.add_class("ck-progress")
         self.status = widgets.HTML()
         self.status.add_class("ck-status")
-        self.notice = widgets.HTML()  # "timings disturbed: ..." (coursekit.contention)
+        self.notice = widgets.HTML()  # "timings disturbed: ..." (coursekit.cluster.contention)
         self.notice.add_class("ck-notice")
         self.plot = hide_when_empty(plot if plot is not None else widgets.Image(format="png"))
         self.plot.add_class("ck-plot")
@@ -177,7 +177,7 @@ class Panel(LiveRepr, widgets.VBox):
             return self.local_runner
         if self.cluster is None:
             raise ValueError("this panel has neither a runner= nor a cluster= to run on")
-        from coursekit.runner import ClusterRunner
+        from coursekit.cluster.runner import ClusterRunner
         return ClusterRunner(self.cluster)
 
     def show(self, result) -> None:
@@ -206,7 +206,7 @@ class Panel(LiveRepr, widgets.VBox):
         self.progress.value = min(max(int(step), 0), self.progress.max)
 
     def on_data(self, data: list[dict]) -> None:
-        """``on_update`` for :func:`coursekit.live.follow`: progress bar and :meth:`draw_live`."""
+        """``on_update`` for :func:`coursekit.cluster.live.follow`: progress bar and :meth:`draw_live`."""
         self._check_stop()
         reporting = [d for d in data if d.get("total")]
         if reporting:
@@ -310,10 +310,10 @@ class Panel(LiveRepr, widgets.VBox):
 
     def check_contention(self) -> None:
         """After a run on a cluster: say in the notice line when other users' work disturbed
-        its timings (:mod:`coursekit.contention`); clear the line when nothing did."""
+        its timings (:mod:`coursekit.cluster.contention`); clear the line when nothing did."""
         if self.cluster is None:
             return
-        from coursekit.contention import observe
+        from coursekit.cluster.contention import observe
         message = observe(self.cluster).message()
         self.notice.value = message.replace("&", "&amp;").replace("<", "&lt;")
 

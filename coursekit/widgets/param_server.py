@@ -4,7 +4,7 @@ Thin by design: Run builds a :class:`~coursekit.parallel.param_server.config.PSC
 :class:`~coursekit.parallel.param_server.protocol.PSTopology` (the workers and server shards)
 from the controls, runs them with :func:`~coursekit.parallel.param_server.train` on the panel's
 runner (its cluster's engines, or a ``runner=LocalRunner(n)``) and follows the workers' live
-progress (:mod:`coursekit.live`): the accuracy curves grow while the run goes. At the end it
+progress (:mod:`coursekit.cluster.live`): the accuracy curves grow while the run goes. At the end it
 draws accuracy against wall-clock time and against gradients applied (every run so far, to
 compare), the staleness histogram and per-worker time (the pictures:
 :mod:`coursekit.viz.param_server`).

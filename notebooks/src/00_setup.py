@@ -112,7 +112,7 @@ show()
 # `c.stop()` interrupts busy engines and leaves no process behind. The chapters with live
 # panels leave their cluster running instead, so the panels still work after Run All: it
 # stops when you shut down the kernel (Kernel > Shut Down Kernel), and a watchdog
-# (`coursekit.reaper`) ends it if the kernel is killed.
+# (`coursekit.cluster.reaper`) ends it if the kernel is killed.
 
 # %%
 c.stop()

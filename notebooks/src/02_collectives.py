@@ -19,7 +19,7 @@ import numpy as np
 from coursekit import cluster, costmodel, measure
 from coursekit import collectives as C
 from coursekit.comm.cluster_setup import setup_comm
-from coursekit.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner
 from coursekit.viz import legend_outside, show
 
 c = cluster.start(n=4)
@@ -229,6 +229,6 @@ panel.status.value
 #
 # The cluster keeps running, so the panel above stays live after Run All. Shut down the
 # kernel when you are done (Kernel > Shut Down Kernel): its cluster stops with it, even if
-# the kernel is killed (a watchdog, `coursekit.reaper`, then ends the engines). To stop it
+# the kernel is killed (a watchdog, `coursekit.cluster.reaper`, then ends the engines). To stop it
 # now: `panel.cluster.stop()` (the panel's cluster: `c`, or a new one if you pressed
 # Restart cluster).

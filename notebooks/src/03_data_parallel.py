@@ -26,7 +26,7 @@ from coursekit.data import load_digits
 from coursekit.parallel.data_parallel import experiments as ex
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
-from coursekit.runner import ClusterRunner, LocalRunner
+from coursekit.cluster.runner import ClusterRunner, LocalRunner
 from coursekit.viz import data_parallel as dpv, show
 from coursekit.widgets import data_parallel as dpw
 
@@ -45,7 +45,7 @@ engines
 
 # %%
 from coursekit.datafile import pack, write_samples
-from coursekit.scratch import scratch_dir
+from coursekit.cluster.scratch import scratch_dir
 
 digits = load_digits(dtype=np.float64)
 workdir = scratch_dir("coursekit-ch03-")  # removed when this kernel ends
@@ -85,7 +85,7 @@ np.allclose(dp.params, serial.params, rtol=1e-10, atol=1e-12), dp.test_accuracy.
 # ## 3. Watch it live
 #
 # The engines publish their loss, test accuracy and the spans of their latest step while
-# they train (`coursekit.live`); the notebook polls and redraws, with a progress bar.
+# they train (`coursekit.cluster.live`); the notebook polls and redraws, with a progress bar.
 
 # %%
 live_view = dpw.LiveView()
@@ -253,6 +253,6 @@ panel.status.value
 #
 # The cluster keeps running, so the panel above stays live after Run All. Shut down the
 # kernel when you are done (Kernel > Shut Down Kernel): its cluster stops with it, even if
-# the kernel is killed (a watchdog, `coursekit.reaper`, then ends the engines). To stop it
+# the kernel is killed (a watchdog, `coursekit.cluster.reaper`, then ends the engines). To stop it
 # now: `panel.cluster.stop()` (the panel's cluster: `c`, or a new one if you pressed
 # Restart cluster).

@@ -33,7 +33,7 @@ from coursekit import cluster
 from coursekit.comm import setup_comm
 from coursekit.data import load_digits
 from coursekit.parallel.param_server import PSConfig, train
-from coursekit.runner import ClusterRunner, LocalRunner
+from coursekit.cluster.runner import ClusterRunner, LocalRunner
 from coursekit.viz import integer_ticks, show
 
 c = cluster.start(n=4)
@@ -168,7 +168,7 @@ show()
 # The server also **checkpoints** its state every 50 updates.
 
 # %%
-from coursekit.scratch import scratch_dir
+from coursekit.cluster.scratch import scratch_dir
 
 ckpt = str(scratch_dir("coursekit-ch04-"))  # the checkpoints; removed when this kernel ends
 faulty = PSConfig(model="asp", steps=150, crash={1: 60}, worker_timeout=1.0,
@@ -205,6 +205,6 @@ print(f"checkpoint at version {saved}; after the restart: version {restart.serve
 #
 # The cluster keeps running, so the panel above stays live after Run All. Shut down the
 # kernel when you are done (Kernel > Shut Down Kernel): its cluster stops with it, even if
-# the kernel is killed (a watchdog, `coursekit.reaper`, then ends the engines). To stop it
+# the kernel is killed (a watchdog, `coursekit.cluster.reaper`, then ends the engines). To stop it
 # now: `panel.cluster.stop()` (the panel's cluster: `c`, or a new one if you pressed
 # Restart cluster).

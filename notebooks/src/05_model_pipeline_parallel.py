@@ -35,7 +35,7 @@ from coursekit.comm.cluster_setup import setup_comm
 from coursekit.data import load_digits
 from coursekit.nn import MLP
 from coursekit.parallel.pipeline import combine_ranks, schedule, simulate
-from coursekit.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner
 from coursekit.viz import show
 from coursekit.viz.pipeline import plot_schedule
 
@@ -485,5 +485,5 @@ show()
 # ## When you are done
 #
 # The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):
-# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.reaper`,
+# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.cluster.reaper`,
 # then ends the engines). To stop it now: `c.stop()`.

@@ -23,7 +23,7 @@ from coursekit import cluster, measure
 from coursekit.comm import setup_comm
 from coursekit.parallel import compression as C
 from coursekit.parallel.compression.experiment import CompressionConfig, train
-from coursekit.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner
 from coursekit.viz import color, legend_outside, show
 
 c = cluster.start(n=4)
@@ -312,6 +312,6 @@ assert abs(report.int8_accuracy - report.float_accuracy) <= 0.01 and report.size
 #
 # The cluster keeps running, so the panel above stays live after Run All. Shut down the
 # kernel when you are done (Kernel > Shut Down Kernel): its cluster stops with it, even if
-# the kernel is killed (a watchdog, `coursekit.reaper`, then ends the engines). To stop it
+# the kernel is killed (a watchdog, `coursekit.cluster.reaper`, then ends the engines). To stop it
 # now: `panel.cluster.stop()` (the panel's cluster: `c`, or a new one if you pressed
 # Restart cluster).

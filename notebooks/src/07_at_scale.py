@@ -319,7 +319,7 @@ print(panel.status.value)
 # %%
 from coursekit import cluster
 from coursekit.comm import setup_comm
-from coursekit.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner
 
 c = cluster.start(n=4)
 setup_comm(c)
@@ -460,7 +460,7 @@ show()
 # sub-communicator, like `MPI_Comm_split`); the other two sit the run out.
 
 # %%
-from coursekit.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner
 from coursekit.sim.validate import measure_and_simulate
 
 v = measure_and_simulate(ClusterRunner(c), 2)
@@ -524,10 +524,10 @@ print(f"PASS: the simulated step is not 1.5x slower than the measured one (ratio
 # On a real cluster the notebooks attach to running engines instead of starting local ones
 # (`COURSEKIT_CLUSTER`, see the README's Instructors section). Two commands help:
 #
-# * `python -m coursekit.profiles slurm --partition gpu --nodes 2 --gpus-per-node 4 --time 02:00:00 --ipython-dir /shared/ipython`
-#   (or `python -m coursekit.profiles mpi --engines 8`) writes a checked ipcluster profile
+# * `coursekit profiles slurm --partition gpu --nodes 2 --gpus-per-node 4 --time 02:00:00 --ipython-dir /shared/ipython`
+#   (or `coursekit profiles mpi --engines 8`) writes a checked ipcluster profile
 #   (one engine per GPU, `CUDA_VISIBLE_DEVICES` from the local rank) and prints how to start it;
-# * `python -m coursekit.preflight --cluster PROFILE --nodes 2 --gpus-per-engine 1` attaches to
+# * `coursekit preflight --cluster PROFILE --nodes 2 --gpus-per-engine 1` attaches to
 #   the cluster and reports engines, hosts, GPUs, the Comm backend and the measured $\alpha$,
 #   $\beta$ between engines, or fails with a message that says what to fix.
 #
@@ -538,5 +538,5 @@ print(f"PASS: the simulated step is not 1.5x slower than the measured one (ratio
 # ## When you are done
 #
 # The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):
-# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.reaper`,
+# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.cluster.reaper`,
 # then ends the engines). To stop it now: `c.stop()`.

@@ -31,7 +31,7 @@ from coursekit.data import load_digits
 from coursekit.memory import PRESETS, TrainingSetup, measure_mlp, memory_per_gpu, mlp_shape
 from coursekit.nn import MLP
 from coursekit.parallel.zero import ShardLayout, sent_bytes, state_bytes, train_zero
-from coursekit.runner import ClusterRunner, LocalRunner
+from coursekit.cluster.runner import ClusterRunner, LocalRunner
 from coursekit.viz import integer_ticks, legend_outside, series_color, show
 
 c = cluster.start(n=4)
@@ -303,5 +303,5 @@ panel
 # ## When you are done
 #
 # The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):
-# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.reaper`,
+# its cluster stops with it, even if the kernel is killed (a watchdog, `coursekit.cluster.reaper`,
 # then ends the engines). To stop it now: `c.stop()`.

@@ -57,7 +57,7 @@ check_ssp_gate(ssp_gate)
 # NBVAL_IGNORE_OUTPUT
 from coursekit.data import load_digits
 from coursekit.parallel.param_server import PSConfig, train
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 digits = load_digits()
 bounds = (0, 2, 6)

@@ -145,7 +145,7 @@ show()
 from coursekit.data import load_digits
 from coursekit.nn import MLP
 from coursekit.parallel.pipeline import run_pipeline
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 digits = load_digits()
 X, y = digits.X_train[:256].astype(np.float64), digits.y_train[:256]

@@ -131,7 +131,7 @@ class DaemonCluster:
         return "\n".join(f"== {p.name}\n{p.read_text()[-3000:]}" for p in sorted(folder.glob("*")))
 
     def __exit__(self, *exc) -> None:
-        from coursekit.processes import end_cluster_processes
+        from coursekit.cluster.processes import end_cluster_processes
 
         ipcluster(self.ipython_dir, self.profile, "stop", env=self.env, timeout=120)
         end_cluster_processes(str(self.ipython_dir))

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from coursekit.processes import end_processes
+from coursekit.cluster.processes import end_processes
 
 __all__ = ["TwoHosts"]
 

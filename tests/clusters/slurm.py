@@ -26,7 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from coursekit.processes import end_processes
+from coursekit.cluster.processes import end_processes
 
 __all__ = ["SlurmCluster", "SlurmError"]
 

@@ -29,7 +29,7 @@ import pytest
 from attached import ROOT
 from hub_client import Student
 from slurm import SlurmCluster, free_port
-from coursekit.processes import end_processes, with_descendants
+from coursekit.cluster.processes import end_processes, with_descendants
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
 

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.mpi]
 def test_every_notebook_runs_on_the_mpi_profile_and_leaves_it_intact(tmp_path):
     pytest.importorskip("mpi4py")
     profile = subprocess.run(
-        [sys.executable, "-m", "coursekit.profiles", "mpi", "--engines", "4",
+        [sys.executable, "-m", "coursekit", "profiles", "mpi", "--engines", "4",
          "--ipython-dir", str(tmp_path), "--profile", "course-mpi"],
         capture_output=True, text=True)
     assert profile.returncode == 0, profile.stderr

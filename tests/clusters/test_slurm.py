@@ -1,9 +1,9 @@
 """Every notebook, unchanged, on the README's Slurm profile submitted to a real Slurm.
 
-The instructor's path, for real: ``python -m coursekit.profiles slurm ... --sinfo
+The instructor's path, for real: ``coursekit profiles slurm ... --sinfo
 "$(sinfo ...)"`` renders the profile, ``ipcluster start --daemonize`` submits the engines
 with ``sbatch`` (one task per GPU, each engine sees its own GPU as CUDA_VISIBLE_DEVICES),
-``python -m coursekit.preflight`` checks the cluster, the notebooks attach with
+``coursekit preflight`` checks the cluster, the notebooks attach with
 COURSEKIT_CLUSTER, and ``ipcluster stop`` ends the job. What stays unchecked here: real
 GPUs behind the GRES, and compute nodes other than this machine (tests/clusters/slurm.py).
 """
@@ -37,7 +37,7 @@ def wait_until_no_jobs(slurm, timeout=60.0) -> str:
 
 
 def test_the_private_slurm_schedules_gpu_jobs(slurm, tmp_path):
-    from coursekit.profiles import parse_sinfo
+    from coursekit.cluster.profiles import parse_sinfo
 
     assert parse_sinfo(slurm.run("sinfo", "-h", "-o", "%P %G")) == {"gpu": 4}
     out = tmp_path / "job.out"
@@ -58,7 +58,7 @@ def engine_slurm_facts():
 def test_every_notebook_runs_on_the_readme_slurm_profile(slurm, tmp_path):
     ipython_dir = tmp_path / "ipython"
     rendered = subprocess.run(
-        [sys.executable, "-m", "coursekit.profiles", "slurm", "--partition", "gpu", "--nodes", "1",
+        [sys.executable, "-m", "coursekit", "profiles", "slurm", "--partition", "gpu", "--nodes", "1",
          "--gpus-per-node", "4", "--time", "00:30:00", "--ipython-dir", str(ipython_dir),
          "--profile", "course", "--controller-ip", "127.0.0.1",
          "--sinfo", slurm.run("sinfo", "-h", "-o", "%P %G")],
@@ -80,7 +80,7 @@ def test_every_notebook_runs_on_the_readme_slurm_profile(slurm, tmp_path):
         assert "--gres=gpu:4" in submitted.read_text()
         assert not Path("slurm_engine.sbatch").exists(), "ipcluster wrote its script into the cwd"
         preflight = subprocess.run(
-            [sys.executable, "-m", "coursekit.preflight", "--cluster", str(running.client_file),
+            [sys.executable, "-m", "coursekit", "preflight", "--cluster", str(running.client_file),
              "--engines", "4", "--nodes", "1"], capture_output=True, text=True,
             env=dict(os.environ, **slurm_env), timeout=300)
         assert preflight.returncode == 0, preflight.stdout + preflight.stderr

@@ -54,7 +54,7 @@ def test_comm_crosses_hosts_by_tcp_and_shares_memory_within_one(hosts):
 
 
 def test_preflight_sees_two_hosts_and_measures_the_link_between_them(hosts):
-    run = on_host_a(hosts, sys.executable, "-m", "coursekit.preflight", "--cluster",
+    run = on_host_a(hosts, sys.executable, "-m", "coursekit", "preflight", "--cluster",
                     str(hosts.client_file), "--engines", "4", "--nodes", "2")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "inter-host" in run.stdout and "hostA" in run.stdout and "hostB" in run.stdout

@@ -6,7 +6,7 @@ import pytest
 from coursekit import costmodel, measure
 from coursekit.collectives.timing import TimingConfig, measure_and_predict, time_collective
 from coursekit.comm import run_local
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 
 def test_time_collective_per_rank():

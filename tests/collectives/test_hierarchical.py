@@ -83,7 +83,7 @@ def test_on_engines_grouped_by_fake_nodes(cluster4):
     """Real engines (ZMQ between processes), two pretend nodes of two engines each. The
     engines cannot import this test module, so library functions run there directly."""
     from coursekit.comm import setup_comm
-    from coursekit.runner import ClusterRunner
+    from coursekit.cluster.runner import ClusterRunner
 
     x = np.arange(10, dtype=np.int64)
     c = cluster4  # the run's shared 4-engine cluster

@@ -28,7 +28,7 @@ from coursekit.parallel.checkpoint import (CheckpointFallbackWarning, Checkpoint
                                            RankState, Series, ShardState, read)
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.parallel.param_server import PSConfig, PSTopology, async_sgd
-from coursekit.runner import LocalRunner, RankFailure
+from coursekit.cluster.runner import LocalRunner, RankFailure
 
 
 def _resume(run: Callable):

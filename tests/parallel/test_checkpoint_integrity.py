@@ -34,7 +34,7 @@ from coursekit.parallel.param_server import PSConfig
 from coursekit.parallel.checkpoint import (CheckpointFallbackWarning, CorruptCheckpoint, RankState,
                                            Series, ShardState, read, write)
 from coursekit.parallel.data_parallel import DPConfig
-from coursekit.runner import LocalRunner, RankFailure
+from coursekit.cluster.runner import LocalRunner, RankFailure
 
 PARTS = 2      # ranks / shards per checkpoint
 KEYS = (5, 10)  # the steps / versions saved

@@ -10,7 +10,7 @@ import re
 import pytest
 from slow_link import SlowLinkRunner
 
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 from coursekit.sim.validate import measure_and_simulate
 
 

@@ -5,7 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from coursekit.parallel.param_server import PSConfig, train  # noqa: E402
-from coursekit.runner import LocalRunner  # noqa: E402
+from coursekit.cluster.runner import LocalRunner  # noqa: E402
 from coursekit.viz import figure_problems  # noqa: E402
 from coursekit.viz.param_server import plot_live, plot_runs, plot_worker_timeline  # noqa: E402
 

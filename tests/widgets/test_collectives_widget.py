@@ -4,7 +4,7 @@ import pytest
 
 from coursekit.collectives import ALGORITHMS
 from coursekit.costmodel import LinkFit
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 from coursekit.widgets.collectives import CollectivesPanel
 
 

@@ -9,7 +9,7 @@ from coursekit.nn import MLP, train as train_serial
 from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.parallel.compression.inference import int8_report, quantize_mlp, quantize_symmetric
 from coursekit.parallel.compression import predict_seconds
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 from coursekit.widgets.compression import VALUES, CompressionPanel, exchange_comparison
 
 ALPHA, BETA = 50e-6, 1 / 1.5e9

@@ -13,7 +13,7 @@ from coursekit.parallel.data_parallel import experiments as ex  # noqa: E402
 from coursekit.parallel.data_parallel import DPConfig  # noqa: E402
 from coursekit.parallel.data_parallel.results import StepBreakdown  # noqa: E402
 from coursekit.parallel.data_parallel import train  # noqa: E402
-from coursekit.runner import LocalRunner  # noqa: E402
+from coursekit.cluster.runner import LocalRunner  # noqa: E402
 from coursekit.viz import data_parallel as dpv  # noqa: E402
 from coursekit.widgets import data_parallel as w  # noqa: E402
 

@@ -288,7 +288,7 @@ def test_run_on_a_stopped_cluster_says_so_at_once(two_engines, tmp_path):
 def chapter_panels():
     """One panel of every chapter, built cheaply (no cluster: ThreadComm or simulations)."""
     from coursekit.costmodel import LinkFit
-    from coursekit.runner import LocalRunner
+    from coursekit.cluster.runner import LocalRunner
     from coursekit.widgets.at_scale import AtScalePanel
     from coursekit.widgets.backprop import BackpropPanel
     from coursekit.widgets.collectives import CollectivesPanel

@@ -5,7 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from coursekit.parallel.param_server import PSConfig, PSTopology, train  # noqa: E402
-from coursekit.runner import LocalRunner  # noqa: E402
+from coursekit.cluster.runner import LocalRunner  # noqa: E402
 from coursekit.widgets.param_server import ParamServerPanel  # noqa: E402
 
 BASE = PSConfig(steps=30, eval_every=5, worker_timeout=2.0)

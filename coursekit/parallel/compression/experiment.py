@@ -15,9 +15,9 @@ no longer finite (:class:`~.base.Diverged`, with advice). The exchange per rank 
 pluggable (``exchanger``) so that an exercise can bring its own.
 
 :func:`train` runs it on the first p ranks of a runner (ThreadComm ranks in this process
-or a cluster's engines, :mod:`coursekit.runner`) and returns a :class:`CompressionResult`
+or a cluster's engines, :mod:`coursekit.cluster.runner`) and returns a :class:`CompressionResult`
 of per-epoch curves. Rank 0 publishes the test accuracy after every epoch
-(:mod:`coursekit.live`: ``data[0]["evals"]``), so ``on_update`` can redraw while it runs.
+(:mod:`coursekit.cluster.live`: ``data[0]["evals"]``), so ``on_update`` can redraw while it runs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from coursekit import checks
 from coursekit.data import Dataset, load_digits
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
-from coursekit.runner import Runner
+from coursekit.cluster.runner import Runner
 
 from . import COMPRESSORS, make_compressor
 from .base import Diverged
@@ -220,7 +220,7 @@ def train(runner: Runner, config: CompressionConfig, data=None, *, workers: int 
           on_update=None, exchanger=compressed_exchange,
           timeout: float | None = None) -> CompressionResult:
     """Train with the first ``workers`` ranks of ``runner`` (default all of them):
-    ThreadComm ranks or a cluster's engines after ``setup_comm`` (:mod:`coursekit.runner`).
+    ThreadComm ranks or a cluster's engines after ``setup_comm`` (:mod:`coursekit.cluster.runner`).
 
     ``data``: a :class:`coursekit.data.Dataset` (default: digits). ``on_update(data)``:
     called with the workers' published progress while the run is going (rank 0's

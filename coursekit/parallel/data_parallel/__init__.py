@@ -1,6 +1,6 @@
 """Synchronous data-parallel SGD: every worker holds the whole model and a slice of each batch.
 
->>> from coursekit.runner import LocalRunner
+>>> from coursekit.cluster.runner import LocalRunner
 >>> from coursekit.data import load_digits
 >>> d = load_digits()
 >>> r = train(LocalRunner(2), DPConfig(sizes=(64, 16, 10), epochs=1), (d.X_train, d.y_train))

@@ -1,6 +1,6 @@
 """Chapter 3's experiments as pure functions: settings in, arrays out.
 
-Each takes a runner (:mod:`coursekit.runner`: ThreadComm ranks or engines), the config,
+Each takes a runner (:mod:`coursekit.cluster.runner`: ThreadComm ranks or engines), the config,
 the data, its own sweep, and ``eval_data=``; each run is :func:`~.data_parallel.train` on
 that runner, so the notebook, the widget panel, the benchmark and the tests share them.
 

@@ -13,12 +13,12 @@ tests check that sync allreduce training on 1, 2, 3, 4 ranks gives the parameter
 :func:`coursekit.nn.train` on the concatenated batches (float64, tight tolerance). Synchronous
 means every step waits for the slowest worker (:mod:`..spans` injects a straggler), and a
 worker that dies stops the run: the others time out waiting for it, and the run's
-:class:`~coursekit.runner.RankFailure` names it. :mod:`..checkpoint` saves every k steps;
+:class:`~coursekit.cluster.runner.RankFailure` names it. :mod:`..checkpoint` saves every k steps;
 ``resume=True`` continues from the newest complete checkpoint whose files are intact and this
 run's (damaged files and other runs' are skipped with a warning naming each and why) and gives
 the uninterrupted run's parameters.
 
-Run it with :func:`train` on a runner (ThreadComm ranks or engines, :mod:`coursekit.runner`);
+Run it with :func:`train` on a runner (ThreadComm ranks or engines, :mod:`coursekit.cluster.runner`);
 it returns a :class:`DPResult`. Set ``config.bucket_bytes`` to
 overlap the gradient allreduce with the backward pass (:mod:`.buckets`).
 """
@@ -30,14 +30,15 @@ from collections import deque
 
 import numpy as np
 
-from coursekit import checks, live
+from coursekit import checks
+from coursekit.cluster import live
 from coursekit.comm.trace import now
 from coursekit.datafile import as_source, digest
 from coursekit.nn import reference
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import Momentum, make_optimizer
 from coursekit.parallel.faults import check_may_kill
-from coursekit.runner import Runner
+from coursekit.cluster.runner import Runner
 
 from .config import DPConfig
 from .results import DPResult, RankResult, combine_ranks
@@ -197,14 +198,14 @@ def train(runner: Runner, config: DPConfig, data, eval_data=None, *, workers: in
           resume: bool = False, on_update=None, progress: bool = False, gradient_sum=None,
           timeout: float | None = None) -> DPResult:
     """Train on the first ``workers`` ranks of ``runner`` (default all of them): a
-    :class:`~coursekit.runner.LocalRunner` (ThreadComm ranks: tests, exercises, quick demos)
-    or a :class:`~coursekit.runner.ClusterRunner` (engines, after ``setup_comm``).
+    :class:`~coursekit.cluster.runner.LocalRunner` (ThreadComm ranks: tests, exercises, quick demos)
+    or a :class:`~coursekit.cluster.runner.ClusterRunner` (engines, after ``setup_comm``).
 
     ``data``: on engines preferably a :class:`~coursekit.datafile.PackedFile` (each engine
     maps it), or a small ``(X, y)`` pair (shipped to every rank). ``on_update(data)`` /
-    ``progress``: follow the run live (:func:`coursekit.live.follow`); ``gradient_sum``:
+    ``progress``: follow the run live (:func:`coursekit.cluster.live.follow`); ``gradient_sum``:
     the hook that replaces the exchange's gradient sum (chapter 6's compressed exchange).
-    A failed run raises :class:`~coursekit.runner.RankFailure` naming the worker(s) whose
+    A failed run raises :class:`~coursekit.cluster.runner.RankFailure` naming the worker(s) whose
     error stopped it.
     """
     checks.instance(config, "config", DPConfig)

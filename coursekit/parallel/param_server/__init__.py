@@ -1,6 +1,6 @@
 """A sharded parameter server: BSP, SSP and ASP (Downpour) training, staleness, failures.
 
->>> from coursekit.runner import LocalRunner
+>>> from coursekit.cluster.runner import LocalRunner
 >>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, steps=40), workers=3)
 >>> r.topology
 PSTopology(servers=1, workers=3)

@@ -12,11 +12,11 @@ The SSP / ASP worker at step t (``sync`` = SSP or a warm-up step):
 :func:`train_ps` is the SPMD entry every rank calls with its Comm (shards on ranks 0..S-1,
 workers on S..S+W-1: a :class:`~.protocol.PSTopology`; BSP runs the lockstep loops of
 :mod:`.bsp`). :func:`train` runs it on a runner (ThreadComm ranks or a live cluster's
-engines, :mod:`coursekit.runner`), streams the workers' progress to ``on_update``
-(:mod:`coursekit.live`) and returns a
+engines, :mod:`coursekit.cluster.runner`), streams the workers' progress to ``on_update``
+(:mod:`coursekit.cluster.live`) and returns a
 :class:`~coursekit.parallel.param_server.results.PSResult`.
 
-    >>> from coursekit.runner import LocalRunner
+    >>> from coursekit.cluster.runner import LocalRunner
     >>> r = train(LocalRunner(4), PSConfig(model="ssp", staleness=2, steps=40), workers=3)
     >>> int(r.staleness.max()) <= 2
     True
@@ -37,7 +37,7 @@ from coursekit.parallel.param_server.consistency import combined_push, ssp_gate
 from coursekit.parallel.param_server.protocol import EVICTED, HELLO, PSTopology
 from coursekit.parallel.param_server.results import PSResult, ServerReport, WorkerReport
 from coursekit.parallel.param_server.worker import Crashed, Worker
-from coursekit.runner import Runner
+from coursekit.cluster.runner import Runner
 
 __all__ = ["PSConfig", "PSResult", "PSTopology", "async_work", "collect", "train", "train_ps"]
 
@@ -136,7 +136,7 @@ def train(runner: Runner, config: PSConfig, data=None, *, workers: int | None = 
           servers: int = 1, on_update=None, gate=ssp_gate,
           timeout: float | None = None) -> PSResult:
     """Run ``config`` on the first ``servers + workers`` ranks of ``runner`` (ThreadComm
-    ranks or engines, :mod:`coursekit.runner`) and return its PSResult: ``servers`` shards
+    ranks or engines, :mod:`coursekit.cluster.runner`) and return its PSResult: ``servers`` shards
     on ranks ``0 .. servers-1``, then ``workers`` workers (default: every other rank).
 
     ``data``: a :class:`coursekit.data.Dataset` (None: every rank loads the digits);
@@ -147,7 +147,7 @@ def train(runner: Runner, config: PSConfig, data=None, *, workers: int | None = 
     A crashed worker (``config.crash``) reports status "crashed"; a worker whose engine
     died (``crash_kills``, or killed from outside) yields None in ``result.workers``; the
     shards report either in ``result.lost``. After a run that lost a worker whose process
-    lives on, the ranks' comms are rebuilt (:meth:`~coursekit.runner.Runner.reset_comms`):
+    lives on, the ranks' comms are rebuilt (:meth:`~coursekit.cluster.runner.Runner.reset_comms`):
     messages the shards sent it must not reach the next run.
     """
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")

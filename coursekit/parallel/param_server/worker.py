@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from coursekit import live
+from coursekit.cluster import live
 from coursekit.comm import ThreadComm
 from coursekit.comm.trace import Trace, now
 from coursekit.data import shard
@@ -140,7 +140,7 @@ class Worker:
     # ---- record -------------------------------------------------------------------------------
     def snapshot(self, step: int) -> None:
         """If ``step`` reached the next snapshot: test accuracy of the weights just pulled,
-        kept and published live (``coursekit.live``; ~0.1 ms for the digits test set)."""
+        kept and published live (``coursekit.cluster.live``; ~0.1 ms for the digits test set)."""
         if step < self.next_snapshot:
             return
         self.next_snapshot = step + self.cfg.eval_every

@@ -218,7 +218,7 @@ def combine_ranks(results: list[StepResult]) -> PipelineRun:
 def run_pipeline(runner, schedule: Schedule, data, *, mlp, recompute: bool = False,
                  timeout: float | None = None) -> PipelineRun:
     """One pipelined training step: :func:`execute` on the first ``schedule.stages`` ranks
-    of ``runner`` (ThreadComm ranks or a cluster's engines, :mod:`coursekit.runner`),
+    of ``runner`` (ThreadComm ranks or a cluster's engines, :mod:`coursekit.cluster.runner`),
     gathered into one :class:`PipelineRun`.
 
     Every chapter's experiment shape, a runner, then the config, then the data: the
@@ -226,7 +226,7 @@ def run_pipeline(runner, schedule: Schedule, data, *, mlp, recompute: bool = Fal
     ``mlp`` the model whose stages the ranks hold. ``recompute``: activation
     recomputation (see the module doc). Everything is checked before any rank starts.
     """
-    from coursekit.runner import Runner
+    from coursekit.cluster.runner import Runner
 
     checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     X, y = checks.data_pair(data, "data")

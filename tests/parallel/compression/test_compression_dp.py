@@ -8,7 +8,7 @@ import pytest
 from coursekit.parallel.compression.experiment import GradientSum, CompressionConfig, dp_config
 from coursekit.parallel.compression.experiment import train as train_compressed
 from coursekit.parallel.data_parallel import DPConfig, train
-from coursekit.runner import LocalRunner, RankFailure
+from coursekit.cluster.runner import LocalRunner, RankFailure
 
 THREADS = LocalRunner(3)
 

@@ -10,7 +10,7 @@ from coursekit.comm.trace import recording
 from coursekit.parallel.compression import (COMPRESSORS, ErrorFeedback, PowerSGD, Sign, TopK,
                                             exchange, make_compressor, predict_seconds)
 from coursekit.parallel.compression.experiment import CompressionConfig, train
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 SIZES = [16, 8, 4]  # 16*8 + 8 + 8*4 + 4 = 172 parameters
 N = 172

@@ -17,7 +17,7 @@ from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.parallel.data_parallel.strategies import predict_bytes_sent, predict_bytes_through
 from coursekit.parallel.data_parallel.lr_rules import LRSchedule
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 THREADS = LocalRunner(8)  # each run uses its first `workers` ranks
 

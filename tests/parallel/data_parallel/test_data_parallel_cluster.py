@@ -11,7 +11,7 @@ from coursekit.datafile import pack
 from coursekit.nn import MLP, train
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
-from coursekit.runner import ClusterRunner, RankFailure
+from coursekit.cluster.runner import ClusterRunner, RankFailure
 
 pytestmark = pytest.mark.cluster
 

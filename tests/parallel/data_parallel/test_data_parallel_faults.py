@@ -10,7 +10,7 @@ from coursekit.parallel.checkpoint import RankState
 from coursekit.parallel.data_parallel.buckets import make_buckets, ready_after_layer
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig, WorkerCrashed
-from coursekit.runner import LocalRunner, RankFailure
+from coursekit.cluster.runner import LocalRunner, RankFailure
 
 THREADS = LocalRunner(8)
 

@@ -13,7 +13,7 @@ from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
 from coursekit.nn.optim import make_optimizer
 from coursekit.parallel.param_server import PSConfig, train
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 from coursekit.parallel.param_server.worker import batch_rows
 
 DATA = load_digits(dtype=np.float64)

@@ -9,7 +9,7 @@ from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
 from coursekit.parallel.checkpoint import CheckpointFallbackWarning, ShardState
 from coursekit.parallel.param_server.async_sgd import PSConfig, collect, train, train_ps
-from coursekit.runner import LocalRunner, RankFailure
+from coursekit.cluster.runner import LocalRunner, RankFailure
 from coursekit.parallel.param_server.protocol import (DONE, HELLO, PULL, PUSH, PSTopology,
                                                       recv_reply, send_request, shard_ranges)
 from coursekit.parallel.param_server.worker import batch_rows

@@ -5,7 +5,7 @@ import pytest
 
 from coursekit.comm import setup_comm
 from coursekit.parallel.param_server import PSConfig, train
-from coursekit.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner
 
 pytestmark = pytest.mark.cluster
 

@@ -6,7 +6,7 @@ import pytest
 from coursekit.comm import run_local
 from coursekit.nn import MLP
 from coursekit.parallel.pipeline import I, Schedule, W, combine_ranks, execute, run_pipeline, schedule
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 THREADS = LocalRunner(8)  # a schedule of p stages runs on the first p ranks
 

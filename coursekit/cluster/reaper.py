@@ -5,7 +5,7 @@ ipyparallel stops a cluster when its owner exits normally (an atexit handler: Ju
 the out-of-memory killer, ``kill -9``) runs no handler, and its controller and engines
 would run on. :func:`coursekit.cluster.start` therefore launches one reaper per cluster::
 
-    python -m coursekit.reaper OWNER_PID PID [PID ...]
+    python -m coursekit.cluster.reaper OWNER_PID PID [PID ...]
 
 It checks every ``POLL_S`` seconds whether OWNER is still alive; when it is gone, the
 reaper ends the cluster's processes (PIDs and their descendants, as they were when the
@@ -21,7 +21,7 @@ import time
 
 import psutil
 
-from coursekit.processes import alive, end_processes, with_descendants
+from coursekit.cluster.processes import alive, end_processes, with_descendants
 
 __all__ = ["POLL_S", "start_reaper", "watch"]
 
@@ -31,7 +31,7 @@ POLL_S = 0.5
 def start_reaper(pids: list[int]) -> subprocess.Popen:
     """Launch the reaper for this process and the cluster processes ``pids``."""
     return subprocess.Popen(
-        [sys.executable, "-m", "coursekit.reaper", str(psutil.Process().pid), *map(str, pids)],
+        [sys.executable, "-m", "coursekit.cluster.reaper", str(psutil.Process().pid), *map(str, pids)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)  # a Ctrl-C or SIGINT to the owner's group does not reach it
 
@@ -54,7 +54,7 @@ def watch(owner_pid: int, pids: list[int], poll_s: float = POLL_S) -> list[psuti
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2 or not all(a.isdigit() for a in args):
-        print("usage: python -m coursekit.reaper OWNER_PID PID [PID ...]", file=sys.stderr)
+        print("usage: python -m coursekit.cluster.reaper OWNER_PID PID [PID ...]", file=sys.stderr)
         return 2
     watch(int(args[0]), [int(a) for a in args[1:]])
     return 0

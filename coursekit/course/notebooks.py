@@ -16,8 +16,8 @@ that raises ``NotImplementedError`` and writes the exercise without outputs.
 
 Usage::
 
-    python -m coursekit.notebooks execute [PATH ...]   # sources or notebooks; default: all
-    python -m coursekit.notebooks exercises            # regenerate exercises/ from solutions/
+    coursekit notebooks execute [PATH ...]   # sources or notebooks; default: all
+    coursekit notebooks exercises            # regenerate exercises/ from solutions/
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = ("notebooks", "solutions")
 CELL_MARKER = re.compile(r"^# %%(?P<kind> \[markdown\])?\s*$")
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[:\s]*(?P<hint>.*?)\s*$")
@@ -159,7 +159,7 @@ def execute(source: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
                 os.environ.pop("IPYTHONDIR")
             else:
                 os.environ["IPYTHONDIR"] = saved
-            from coursekit.processes import end_cluster_processes
+            from coursekit.cluster.processes import end_cluster_processes
 
             end_cluster_processes(ipython_dir)
     drop_progress_bars(notebook)
@@ -274,7 +274,7 @@ def write_exercise(solution: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coursekit.notebooks", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="coursekit notebooks", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("execute", help="run sources in a fresh kernel and store the notebooks")
     run.add_argument("paths", nargs="*", help="sources or notebooks (default: all)")

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coursekit import checks
-from coursekit.processes import end_processes, with_descendants
-from coursekit.reaper import start_reaper
+from coursekit.cluster.processes import end_processes, with_descendants
 
 __all__ = [
     "ENV_CLUSTER",
@@ -186,7 +185,11 @@ class CourseCluster:
         self.ipp_cluster = ipp_cluster
         self.timeout = timeout
         self._stopped = False
-        # ends the cluster if this process dies without stopping it (coursekit.reaper)
+        # ends the cluster if this process dies without stopping it (coursekit.cluster.reaper;
+        # imported here, not with the package: `python -m coursekit.cluster.reaper` runs it
+        # as __main__, and runpy warns when the package has imported it already)
+        from coursekit.cluster.reaper import start_reaper
+
         self._reaper = start_reaper(self._process_ids()) if self.owned else None
         self.engine_ids, self.mpi, hosts = self._assign_ranks()
         if size is not None:  # the first `size` ranks; the other engines stay untouched

@@ -1,8 +1,8 @@
 """Render and check the instructors' ipcluster profiles (templates in ``profiles/``).
 
-    python -m coursekit.profiles slurm --partition gpu --nodes 2 --gpus-per-node 4 \\
+    coursekit profiles slurm --partition gpu --nodes 2 --gpus-per-node 4 \\
         --time 02:00:00 --ipython-dir /shared/ipython [--sinfo "$(sinfo -h -o '%P %G')"]
-    python -m coursekit.profiles mpi --engines 8 [--ipython-dir DIR]
+    coursekit profiles mpi --engines 8 [--ipython-dir DIR]
 
 writes ``IPYTHONDIR/profile_NAME/`` (``ipcluster_config.py``, and ``engines.sbatch`` for
 Slurm) and prints the commands that start the cluster and attach the notebooks to it.
@@ -26,7 +26,7 @@ from pathlib import Path
 __all__ = ["MAX_GPUS_PER_NODE", "ProfileError", "SlurmSpec", "check_sbatch", "parse_sinfo",
            "render_mpi", "render_slurm", "write_profile"]
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "profiles"
+TEMPLATES = Path(__file__).resolve().parents[2] / "profiles"
 MAX_GPUS_PER_NODE = 16
 """Without sinfo output, more GPUs per node than this is taken for a typo (HGX: 8 or 16)."""
 
@@ -235,7 +235,7 @@ def write_profile(files: dict[str, str], ipython_dir: str, profile: str) -> Path
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coursekit.profiles", description=__doc__,
+    parser = argparse.ArgumentParser(prog="coursekit profiles", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="kind", required=True)
     s = sub.add_parser("slurm", help="Slurm GPU partition, one engine per GPU")
@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     folder = write_profile(files, args.ipython_dir, profile)
     print(f"wrote {folder}\nstart:  IPYTHONDIR={args.ipython_dir} ipcluster start "
           f"--profile={profile} --daemonize\nattach: export IPYTHONDIR={args.ipython_dir} "
-          f"COURSEKIT_CLUSTER={profile}\ncheck:  python -m coursekit.preflight")
+          f"COURSEKIT_CLUSTER={profile}\ncheck:  coursekit preflight")
     return 0
 
 

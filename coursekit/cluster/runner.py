@@ -2,14 +2,14 @@
 
 Every chapter's experiment takes a *runner* and starts its work the same way::
 
-    from coursekit.runner import LocalRunner, ClusterRunner
+    from coursekit.cluster.runner import LocalRunner, ClusterRunner
     runner = LocalRunner(4)                  # 4 ThreadComm ranks in this process
     runner = ClusterRunner(cluster)          # the engines of a cluster (after setup_comm)
     results = runner.run(fn, x, y, ranks=2, on_update=redraw)
 
 ``fn(comm, *args, **kwargs)`` runs on the first ``ranks`` ranks (default: all of them) with
 a Comm of exactly those ranks; ``run`` returns their results in rank order. What the ranks
-publish with :mod:`coursekit.live` reaches ``on_update(data)`` (one dict per rank) while the
+publish with :mod:`coursekit.cluster.live` reaches ``on_update(data)`` (one dict per rank) while the
 run goes on. :meth:`Runner.start` returns the running :class:`Run` instead, for a notebook
 that wants to do something else meanwhile.
 
@@ -25,7 +25,8 @@ from __future__ import annotations
 import threading
 import time
 
-from coursekit import checks, live
+from coursekit import checks
+from coursekit.cluster import live
 
 __all__ = ["ClusterRunner", "LocalRunner", "RankFailure", "Run", "Runner"]
 
@@ -115,7 +116,7 @@ class Runner:
             interval: float = 0.1, timeout: float | None = None, may_die=(), **kwargs) -> list:
         """Run ``fn`` to the end (see the module docstring); the results in rank order.
 
-        ``on_update(data)`` / ``progress``: follow the run live (:func:`coursekit.live.follow`);
+        ``on_update(data)`` / ``progress``: follow the run live (:func:`coursekit.cluster.live.follow`);
         ``timeout``: seconds for the whole run (default: the runner's ``timeout``).
         """
         if not callable(fn):

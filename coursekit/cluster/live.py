@@ -2,9 +2,9 @@
 
 Two halves, used by every chapter that trains on engines:
 
-**Worker side** (code a :class:`~coursekit.runner.Runner` runs on a rank)::
+**Worker side** (code a :class:`~coursekit.cluster.runner.Runner` runs on a rank)::
 
-    from coursekit import live
+    from coursekit.cluster import live
     reporter = live.Reporter(interval=0.2)       # publishes at most 5 times per second
     for step in range(steps):
         ...
@@ -17,7 +17,7 @@ whole record, with a sequence number ``seq``, when ``interval`` seconds have pas
 since the last publication.
 :func:`publish` sends one dict right away. On an ipyparallel engine both go through
 ``ipyparallel.datapub.publish_data`` (the engine's IOPub channel; the client merges each
-dict into ``AsyncResult.data``); on a rank of a :class:`~coursekit.runner.LocalRunner`
+dict into ``AsyncResult.data``); on a rank of a :class:`~coursekit.cluster.runner.LocalRunner`
 they go to that run's ``data``; anywhere else they are dropped, so worker code needs no
 switch.
 
@@ -132,7 +132,7 @@ class Reporter:
 
 def attach_sink(sink) -> None:
     """Send what this thread publishes to ``sink(dict)`` (None: detach). A
-    :class:`~coursekit.runner.LocalRunner` attaches each rank's ``data`` dict this way."""
+    :class:`~coursekit.cluster.runner.LocalRunner` attaches each rank's ``data`` dict this way."""
     _local.sink = sink
 
 

@@ -6,7 +6,7 @@ cluster and its panels keep using them after Run All, but not the kernel: Jupyte
 "Shut Down Kernel", nbval and the out-of-memory killer end it without running any Python
 clean-up. :func:`scratch_dir` therefore starts a small watcher::
 
-    python -m coursekit.scratch OWNER_PID FOLDER
+    python -m coursekit.cluster.scratch OWNER_PID FOLDER
 
 that polls every ``POLL_S`` seconds and removes FOLDER once OWNER is gone.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from coursekit.processes import alive
+from coursekit.cluster.processes import alive
 
 __all__ = ["POLL_S", "remove_when_gone", "scratch_dir"]
 
@@ -37,7 +37,7 @@ def scratch_dir(prefix: str = "coursekit-") -> Path:
         raise ValueError(f"prefix must start with 'coursekit-'; got {prefix!r}")
     path = Path(tempfile.mkdtemp(prefix=prefix))
     subprocess.Popen(
-        [sys.executable, "-m", "coursekit.scratch", str(psutil.Process().pid), str(path)],
+        [sys.executable, "-m", "coursekit.cluster.scratch", str(psutil.Process().pid), str(path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)  # a Ctrl-C to the owner's group does not reach it
     return path
@@ -65,7 +65,7 @@ def remove_when_gone(owner_pid: int, folder: Path, poll_s: float = POLL_S) -> No
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not args[0].isdigit():
-        print("usage: python -m coursekit.scratch OWNER_PID FOLDER", file=sys.stderr)
+        print("usage: python -m coursekit.cluster.scratch OWNER_PID FOLDER", file=sys.stderr)
         return 2
     try:
         remove_when_gone(int(args[0]), Path(args[1]))

@@ -1,4 +1,4 @@
-"""Check a cluster before a class uses it: ``python -m coursekit.preflight [--cluster SPEC]``.
+"""Check a cluster before a class uses it: ``coursekit preflight [--cluster SPEC]``.
 
 Attaches to the cluster (``--cluster`` as for :func:`coursekit.cluster.connect`, default
 ``$COURSEKIT_CLUSTER``), then reports engines, hosts, GPUs per engine, the Comm backend and
@@ -110,7 +110,7 @@ def _is_loopback(url: str) -> bool:
 
 def _link(cluster, a: int, b: int, repeats: int):
     from coursekit import measure
-    from coursekit.runner import ClusterRunner
+    from coursekit.cluster.runner import ClusterRunner
 
     f = measure.link(ClusterRunner(cluster), "pingpong", repeats=repeats, a=a, b=b)
     return f.alpha, f.beta
@@ -161,7 +161,7 @@ def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
                       "pip install mpi4py mpich in the engines' environment"))
         elif not cluster.mpi:
             add(Check("mpi", False, "the engines are not MPI ranks",
-                      "start them with mpiexec: the MPI profile (`python -m coursekit.profiles "
+                      "start them with mpiexec: the MPI profile (`coursekit profiles "
                       "mpi ...`) or `ipcluster start --engines=mpi`"))
         else:
             add(Check("mpi", True, f"{cluster.size} MPI ranks ({facts[0]['mpi']})"))
@@ -192,7 +192,7 @@ def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coursekit.preflight", description=__doc__,
+    parser = argparse.ArgumentParser(prog="coursekit preflight", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cluster", default=None,
                         help="PROFILE, PROFILE:CLUSTER_ID or ipcontroller-client.json "
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     # Run the importable module's main: functions sent to engines must come from
-    # coursekit.preflight, not from __main__ (which the engines cannot import).
-    from coursekit.preflight import main as _main
+    # coursekit.cluster.preflight, not from __main__ (which the engines cannot import).
+    from coursekit.cluster.preflight import main as _main
 
     sys.exit(_main())

@@ -34,7 +34,7 @@ from pathlib import Path
 import nbformat
 
 from coursekit.grading.core import GRADING_LOG
-from coursekit.processes import end_processes, ipython_dir_processes
+from coursekit.cluster.processes import end_processes, ipython_dir_processes
 
 TIMEOUT_S = 300.0
 GRADING_MODULE = "coursekit.grading"

@@ -19,8 +19,8 @@ the exercise; grading counts checks, it cannot tell.
 
 Usage::
 
-    python -m coursekit.release student OUTDIR [--force]
-    python -m coursekit.release grade SUBMISSIONS --out gradebook.csv [--timeout 300] [--exercises DIR]
+    coursekit release student OUTDIR [--force]
+    coursekit release grade SUBMISSIONS --out gradebook.csv [--timeout 300] [--exercises DIR]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from coursekit import notebooks as nb
+from coursekit.course import notebooks as nb
 
 TEMPLATES = nb.ROOT / "release" / "student"  # the student's Makefile and README
 FORBIDDEN_FOLDERS = {"solutions", "tests", "src"}
@@ -113,9 +113,9 @@ def _normalized(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coursekit import gradebook
+    from coursekit.course import gradebook
 
-    parser = argparse.ArgumentParser(prog="python -m coursekit.release", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="coursekit release", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     student = commands.add_parser("student", help="write a student folder without solutions, and verify it")
     student.add_argument("outdir", type=Path)
