@@ -76,7 +76,7 @@ class WorkerReport:
     or "send" (pushing), for a per-worker timeline. ``curve_*``: at each snapshot, the time,
     the gradients the weights contained (shard 0's ``applied``) and their test accuracy
     (at most :data:`MAX_CURVE_POINTS`: a longer run keeps every other one, see
-    :class:`coursekit.live.Reporter`).
+    :class:`coursekit.cluster.live.Reporter`).
     """
 
     worker: int

@@ -15,7 +15,7 @@ import pytest
 from coursekit.data import load_digits
 from coursekit.parallel.param_server import PSConfig, results, train
 from coursekit.parallel.param_server.consistency import ssp_gate
-from coursekit.runner import LocalRunner
+from coursekit.cluster.runner import LocalRunner
 
 DATA = load_digits()
 W = 3
