@@ -16,8 +16,9 @@ of the reaper. The reaper serves until OWNER is gone (checked every ``POLL_S`` s
 closes the reaper's stdin (:meth:`Reaper.close`, called by ``CourseCluster.stop``; OWNER's
 death closes it too) or sends it SIGTERM. Then it ends all its descendants (SIGTERM, SIGKILL
 after a grace; psutil refuses to signal a PID that was reused since), again for any that
-appeared meanwhile, and exits. It runs in its own session, so a Ctrl-C or SIGINT to the
-owner's process group does not reach it.
+appeared meanwhile, and exits. It also exits, ending nothing, once every process it started
+has ended and left none behind (a cluster stopped without closing its reaper). It runs in its
+own session, so a Ctrl-C or SIGINT to the owner's process group does not reach it.
 
 What holds on Linux. The reaper makes itself a *child subreaper*
 (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux 3.4+, no privilege needed): a process whose parent
@@ -146,16 +147,17 @@ def become_subreaper() -> bool:
         return False
 
 
-def _reap_zombies(*_signal_args) -> None:
-    """Collect the exit status of every ended child (a SIGCHLD handler): the launchers of
-    ipyparallel wait for a cluster process by polling its PID, which a zombie still holds."""
+def _reap_zombies(*_signal_args) -> bool:
+    """Collect the exit status of every ended child (also the SIGCHLD handler: ipyparallel's
+    launchers wait for a cluster process by polling its PID, which a zombie still holds);
+    return whether any child is left."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if pid == 0:
-            return
+            return True
 
 
 def _spawn(line: bytes) -> dict:
@@ -210,7 +212,8 @@ def serve(owner_pid: int, requests_fd: int = 0, replies_fd: int = 1,
           poll_s: float = POLL_S) -> list[psutil.Process]:
     """The reaper's loop: start the processes the owner asks for until the owner is gone,
     closes ``requests_fd`` or this process gets SIGTERM; then end every descendant and
-    return what was ended."""
+    return what was ended. Also returns, ending nothing, once every process it started has
+    ended and left none behind (the cluster was stopped without closing the reaper)."""
     subreaper = become_subreaper()
     signal.signal(signal.SIGCHLD, _reap_zombies)
     signal.signal(signal.SIGTERM, _stop_serving)
@@ -218,11 +221,16 @@ def serve(owner_pid: int, requests_fd: int = 0, replies_fd: int = 1,
     try:
         owner = psutil.Process(owner_pid)
         requests = _Requests(requests_fd)
+        started = False
         while alive(owner) and not requests.closed:
             for line in requests.lines(poll_s):
-                os.write(replies_fd, json.dumps(_spawn(line)).encode() + b"\n")
+                reply = _spawn(line)
+                started = started or "pid" in reply
+                os.write(replies_fd, json.dumps(reply).encode() + b"\n")
             if not subreaper:
                 remembered.update((p.pid, p) for p in psutil.Process().children(recursive=True))
+            if started and not _reap_zombies() and not any(map(alive, remembered.values())):
+                break  # a subreaper with no child has no descendant either
     except (psutil.NoSuchProcess, OSError, _StopServing):  # OSError: the owner's pipes are gone
         pass
     finally:

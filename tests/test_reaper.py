@@ -11,7 +11,7 @@ import pytest
 from ipyparallel import interactive  # ship the engine functions by value
 
 from coursekit.processes import alive, cluster_processes, describe, end_cluster_processes, end_processes
-from coursekit.reaper import POLL_S, main as reaper_main
+from coursekit.reaper import POLL_S, Reaper, ReaperError, main as reaper_main
 
 OWNER = """
 import os, sys, time
@@ -224,3 +224,23 @@ def test_a_daemon_started_through_the_reaper_ends_with_the_owner(tmp_path):
         owner.kill()
         owner.wait()
         end_processes(processes, grace=1)
+
+
+@pytest.mark.slow  # a command run in its own process
+def test_a_reaper_whose_processes_all_ended_exits_and_says_so(tmp_path):
+    """Its cluster was stopped without closing it (ipyparallel's own stop, a clean-up that ended
+    the processes): it exits, ending nothing, and a later request names that it has exited."""
+    reaper = Reaper()
+    try:
+        with pytest.raises(ReaperError, match="could not start.*FileNotFoundError"):
+            reaper.spawn([str(tmp_path / "missing")], env=dict(os.environ), cwd=str(tmp_path),
+                         output_file=str(tmp_path / "out"))
+        assert reaper.process.poll() is None  # a failed start is not an end
+        reaper.spawn(["sleep", "0.2"], env=dict(os.environ), cwd=str(tmp_path),
+                     output_file=str(tmp_path / "out"))
+        assert reaper.process.wait(5 + 2 * POLL_S) == 0
+        with pytest.raises(ReaperError, match="has exited|exited with code 0"):
+            reaper.spawn(["sleep", "1"], env=dict(os.environ), cwd=str(tmp_path),
+                         output_file=str(tmp_path / "out"))
+    finally:
+        reaper.close()
