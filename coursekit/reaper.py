@@ -17,8 +17,9 @@ closes the reaper's stdin (:meth:`Reaper.close`, called by ``CourseCluster.stop`
 death closes it too) or sends it SIGTERM. Then it ends all its descendants (SIGTERM, SIGKILL
 after a grace; psutil refuses to signal a PID that was reused since), again for any that
 appeared meanwhile, and exits. It also exits, ending nothing, once every process it started
-has ended and left none behind (a cluster stopped without closing its reaper). It runs in its
-own session, so a Ctrl-C or SIGINT to the owner's process group does not reach it.
+has ended and left none behind for ``IDLE_EXIT_S`` seconds (a cluster stopped without closing
+its reaper). It runs in its own session, so a Ctrl-C or SIGINT to the owner's process group
+does not reach it.
 
 What holds on Linux. The reaper makes itself a *child subreaper*
 (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux 3.4+, no privilege needed): a process whose parent
@@ -54,16 +55,19 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 
 from coursekit.processes import alive, end_processes
 
-__all__ = ["POLL_S", "Reaper", "ReaperError", "become_subreaper", "serve", "start_reaper"]
+__all__ = ["IDLE_EXIT_S", "POLL_S", "Reaper", "ReaperError", "become_subreaper", "serve",
+           "start_reaper"]
 
 POLL_S = 0.5
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 REPLY_TIMEOUT_S = 30.0
+IDLE_EXIT_S = 2.0  # with nothing left to watch and no request: the cluster was stopped
 END_ROUNDS = 10  # rounds of ending descendants: a process ended may leave children of its own
 
 
@@ -213,7 +217,8 @@ def serve(owner_pid: int, requests_fd: int = 0, replies_fd: int = 1,
     """The reaper's loop: start the processes the owner asks for until the owner is gone,
     closes ``requests_fd`` or this process gets SIGTERM; then end every descendant and
     return what was ended. Also returns, ending nothing, once every process it started has
-    ended and left none behind (the cluster was stopped without closing the reaper)."""
+    ended and left none behind, and no request came, for ``IDLE_EXIT_S`` seconds (the
+    cluster was stopped without closing the reaper)."""
     subreaper = become_subreaper()
     signal.signal(signal.SIGCHLD, _reap_zombies)
     signal.signal(signal.SIGTERM, _stop_serving)
@@ -221,16 +226,18 @@ def serve(owner_pid: int, requests_fd: int = 0, replies_fd: int = 1,
     try:
         owner = psutil.Process(owner_pid)
         requests = _Requests(requests_fd)
-        started = False
+        started, busy_at = False, time.monotonic()
         while alive(owner) and not requests.closed:
             for line in requests.lines(poll_s):
                 reply = _spawn(line)
-                started = started or "pid" in reply
+                started, busy_at = started or "pid" in reply, time.monotonic()
                 os.write(replies_fd, json.dumps(reply).encode() + b"\n")
             if not subreaper:
                 remembered.update((p.pid, p) for p in psutil.Process().children(recursive=True))
-            if started and not _reap_zombies() and not any(map(alive, remembered.values())):
-                break  # a subreaper with no child has no descendant either
+            if _reap_zombies() or any(map(alive, remembered.values())):
+                busy_at = time.monotonic()  # (a subreaper with no child has no descendant)
+            elif started and time.monotonic() - busy_at >= IDLE_EXIT_S:
+                break
     except (psutil.NoSuchProcess, OSError, _StopServing):  # OSError: the owner's pipes are gone
         pass
     finally:

@@ -10,8 +10,9 @@ import psutil
 import pytest
 from ipyparallel import interactive  # ship the engine functions by value
 
-from coursekit.processes import alive, cluster_processes, describe, end_cluster_processes, end_processes
-from coursekit.reaper import POLL_S, Reaper, ReaperError, main as reaper_main
+from coursekit.processes import (alive, cluster_processes, describe, end_cluster_processes,
+                                 end_processes)
+from coursekit.reaper import IDLE_EXIT_S, POLL_S, Reaper, ReaperError, main as reaper_main
 
 OWNER = """
 import os, sys, time
@@ -84,8 +85,8 @@ def start_children(kind, record):
 
     import psutil
 
-    detach = ("import subprocess; print(subprocess.Popen(['sleep', '600'], start_new_session=True, "
-              "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)")
+    detach = ("import subprocess as s; print(s.Popen(['sleep', '600'], start_new_session=True, "
+              "stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL).pid)")
 
     def note(pid):
         with open(record, "a") as out:
@@ -158,13 +159,15 @@ def test_a_killed_kernel_ends_every_process_its_engines_started(tmp_path, kind):
         assert alive(kernels_child) and alive(psutil.Process(bystander.pid))
     finally:
         kernel.kill()
+        end_cluster_processes(env["IPYTHONDIR"])  # first the engines, which may start more
         end_processes([*recorded(record), *filter(None, [kernels_child])], grace=1)
         bystander.kill()
         bystander.wait()
-        end_cluster_processes(env["IPYTHONDIR"])
 
 
 def test_a_stopped_cluster_ends_every_process_its_engines_started(start_cluster, tmp_path):
+    """stop() ended the engines' children that it saw when it began, not a detached one nor
+    one started meanwhile; now the reaper ends what is left of its descendants."""
     c = start_cluster(2)
     record = tmp_path / "children"
     for kind in ("plain", "detached", "later"):
@@ -238,7 +241,7 @@ def test_a_reaper_whose_processes_all_ended_exits_and_says_so(tmp_path):
         assert reaper.process.poll() is None  # a failed start is not an end
         reaper.spawn(["sleep", "0.2"], env=dict(os.environ), cwd=str(tmp_path),
                      output_file=str(tmp_path / "out"))
-        assert reaper.process.wait(5 + 2 * POLL_S) == 0
+        assert reaper.process.wait(IDLE_EXIT_S + 5 + 2 * POLL_S) == 0
         with pytest.raises(ReaperError, match="has exited|exited with code 0"):
             reaper.spawn(["sleep", "1"], env=dict(os.environ), cwd=str(tmp_path),
                          output_file=str(tmp_path / "out"))
