@@ -68,22 +68,31 @@ class ReapedProcess(LocalProcessLauncher):
 
 # ReapedProcess after the ipyparallel class: their start() ends in LocalProcessLauncher's,
 # which the method resolution order then finds in ReapedProcess.
+# entrypoint_name: how ipyparallel's cluster file names the class, so that `ipcluster list`
+# can import it again (its own "module:Class" form fails to import)
 class ReapedController(LocalControllerLauncher, ReapedProcess):
     """The controller, started by the reaper."""
+
+    entrypoint_name = "coursekit.launchers.ReapedController"
 
 
 class ReapedEngine(LocalEngineLauncher, ReapedProcess):
     """One engine, started by the reaper."""
 
+    entrypoint_name = "coursekit.launchers.ReapedEngine"
+
 
 class ReapedEngineSet(LocalEngineSetLauncher):
     """Local engines, each started by the reaper."""
 
+    entrypoint_name = "coursekit.launchers.ReapedEngineSet"
     launcher_class = ReapedEngine
 
 
 class ReapedMPIEngineSet(MPIEngineSetLauncher, ReapedProcess):
     """``mpiexec`` and so its MPI engines, started by the reaper."""
+
+    entrypoint_name = "coursekit.launchers.ReapedMPIEngineSet"
 
 
 ENGINE_LAUNCHERS = {"local": ReapedEngineSet, "mpi": ReapedMPIEngineSet}
