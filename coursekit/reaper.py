@@ -13,8 +13,8 @@ and the reaper, not the owner, starts the controller and the engines
 (:mod:`coursekit.launchers` sends it each command line on its stdin, one JSON object per
 line, and it answers with the PID on its stdout), so every cluster process is a descendant
 of the reaper. The reaper serves until OWNER is gone (checked every ``POLL_S`` seconds),
-closes the reaper's stdin (:meth:`Reaper.close`, called by ``CourseCluster.stop``; OWNER's
-death closes it too) or sends it SIGTERM. Then it ends all its descendants (SIGTERM, SIGKILL
+asks it to stop (:meth:`Reaper.close`, called by ``CourseCluster.stop``), closes its stdin
+(OWNER's death does) or sends it SIGTERM. Then it ends all its descendants (SIGTERM, SIGKILL
 after a grace; psutil refuses to signal a PID that was reused since), again for any that
 appeared meanwhile, and exits. It also exits, ending nothing, once every process it started
 has ended and left none behind for ``IDLE_EXIT_S`` seconds (a cluster stopped without closing
@@ -67,6 +67,7 @@ __all__ = ["IDLE_EXIT_S", "POLL_S", "Reaper", "ReaperError", "become_subreaper",
 POLL_S = 0.5
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 REPLY_TIMEOUT_S = 30.0
+STOP = b"stop"  # the request of Reaper.close
 IDLE_EXIT_S = 2.0  # with nothing left to watch and no request: the cluster was stopped
 END_ROUNDS = 10  # rounds of ending descendants: a process ended may leave children of its own
 
@@ -121,11 +122,15 @@ class Reaper:
         """Tell the reaper that the cluster was stopped: it ends whatever is left of its
         descendants and exits. Waits up to ``timeout`` s, then kills it (a last resort:
         what it had not ended yet is then adopted by init)."""
-        if self.process.stdin and not self.process.stdin.closed:
-            try:
-                self.process.stdin.close()
-            except BrokenPipeError:
-                pass
+        # a request, not only an end of file: a process this one forked (a multiprocessing
+        # worker) holds a copy of the pipe, and the reaper sees no end of file while it lives
+        with self._lock:
+            if not self.process.stdin.closed:
+                try:
+                    self.process.stdin.write(STOP + b"\n")
+                    self.process.stdin.close()
+                except BrokenPipeError:
+                    pass
         try:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -215,7 +220,7 @@ def end_descendants(remembered: dict | None = None) -> list[psutil.Process]:
 def serve(owner_pid: int, requests_fd: int = 0, replies_fd: int = 1,
           poll_s: float = POLL_S) -> list[psutil.Process]:
     """The reaper's loop: start the processes the owner asks for until the owner is gone,
-    closes ``requests_fd`` or this process gets SIGTERM; then end every descendant and
+    sends ``STOP``, closes ``requests_fd`` or this process gets SIGTERM; then end every descendant and
     return what was ended. Also returns, ending nothing, once every process it started has
     ended and left none behind, and no request came, for ``IDLE_EXIT_S`` seconds (the
     cluster was stopped without closing the reaper)."""
@@ -229,6 +234,8 @@ def serve(owner_pid: int, requests_fd: int = 0, replies_fd: int = 1,
         started, busy_at = False, time.monotonic()
         while alive(owner) and not requests.closed:
             for line in requests.lines(poll_s):
+                if line == STOP:
+                    raise _StopServing
                 reply = _spawn(line)
                 started, busy_at = started or "pid" in reply, time.monotonic()
                 os.write(replies_fd, json.dumps(reply).encode() + b"\n")

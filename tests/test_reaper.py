@@ -2,6 +2,7 @@
 its reaper; a cluster stopped normally leaves no reaper behind."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -247,3 +248,25 @@ def test_a_reaper_whose_processes_all_ended_exits_and_says_so(tmp_path):
                          output_file=str(tmp_path / "out"))
     finally:
         reaper.close()
+
+
+@pytest.mark.slow  # a command run in its own process
+def test_close_does_not_wait_for_a_fork_of_the_owner(tmp_path):
+    """A process the owner forked (a multiprocessing worker, forked by default on Linux)
+    holds a copy of the reaper's stdin, so closing it is no end of file: close() asks."""
+    reaper = Reaper()
+    child = psutil.Process(reaper.spawn(["sleep", "600"], env=dict(os.environ),
+                                        cwd=str(tmp_path), output_file=str(tmp_path / "out")))
+    fork = os.fork()
+    if fork == 0:  # the fork only holds the owner's files open
+        time.sleep(30)
+        os._exit(0)
+    try:
+        started = time.monotonic()
+        reaper.close(timeout=10)
+        assert reaper.process.returncode == 0 and time.monotonic() - started < 5
+        assert wait_until(lambda: not alive(child), timeout=5)
+    finally:
+        os.kill(fork, signal.SIGKILL)
+        os.waitpid(fork, 0)
+        end_processes([child], grace=1)
