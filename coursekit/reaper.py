@@ -102,8 +102,9 @@ class Reaper:
             try:
                 self.process.stdin.write(json.dumps(request).encode() + b"\n")
                 self.process.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                raise ReaperError(f"the reaper (pid {self.pid}) has exited; cannot start {args[0]}")
+            except (BrokenPipeError, ValueError):  # ValueError: closed here already
+                raise ReaperError(
+                    f"the reaper (pid {self.pid}) has exited; cannot start {args[0]}") from None
             ready, _, _ = select.select([self.process.stdout], [], [], REPLY_TIMEOUT_S)
             line = self.process.stdout.readline() if ready else b""
         if not line:
@@ -125,10 +126,16 @@ class Reaper:
         # a request, not only an end of file: a process this one forked (a multiprocessing
         # worker) holds a copy of the pipe, and the reaper sees no end of file while it lives
         with self._lock:
-            if not self.process.stdin.closed:
+            stdin = self.process.stdin
+            try:
+                if not stdin.closed:
+                    stdin.write(STOP + b"\n")
+                    stdin.flush()
+            except BrokenPipeError:  # it has exited already
+                pass
+            finally:
                 try:
-                    self.process.stdin.write(STOP + b"\n")
-                    self.process.stdin.close()
+                    stdin.close()
                 except BrokenPipeError:
                     pass
         try:
@@ -220,10 +227,10 @@ def end_descendants(remembered: dict | None = None) -> list[psutil.Process]:
 def serve(owner_pid: int, requests_fd: int = 0, replies_fd: int = 1,
           poll_s: float = POLL_S) -> list[psutil.Process]:
     """The reaper's loop: start the processes the owner asks for until the owner is gone,
-    sends ``STOP``, closes ``requests_fd`` or this process gets SIGTERM; then end every descendant and
-    return what was ended. Also returns, ending nothing, once every process it started has
-    ended and left none behind, and no request came, for ``IDLE_EXIT_S`` seconds (the
-    cluster was stopped without closing the reaper)."""
+    sends ``STOP``, closes ``requests_fd`` or this process gets SIGTERM; then end every
+    descendant and return what was ended. Also returns, ending nothing, once every process
+    it started has ended and left none behind, and no request came, for ``IDLE_EXIT_S``
+    seconds (the cluster was stopped without closing the reaper)."""
     subreaper = become_subreaper()
     signal.signal(signal.SIGCHLD, _reap_zombies)
     signal.signal(signal.SIGTERM, _stop_serving)
