@@ -335,6 +335,8 @@ def start(
     if profile is not None:
         _profile_dir(profile)  # a clear error if it does not exist
 
+    import ipyparallel as ipp
+
     from coursekit import launchers
 
     launcher_args = {}
@@ -361,11 +363,13 @@ def start(
         client = ipp_cluster.connect_client_sync()
         try:
             client.wait_for_engines(n, timeout=timeout, interactive=False)
-        except TimeoutError:
+        except (TimeoutError, ipp.error.EngineError) as error:  # EngineError: engines ended
             output = "\n".join(es.get_output() for es in ipp_cluster.engines.values())
             client.close()
+            when = (f"within {timeout} s" if isinstance(error, TimeoutError)
+                    else "before the engines ended")
             raise ClusterError(
-                f"only {len(client.ids)} of {n} engines registered within {timeout} s. "
+                f"only {len(client.ids)} of {n} engines registered {when}. "
                 f"Engine output:\n{output or '(no output)'}"
             ) from None
         return CourseCluster(client, ipp_cluster, timeout=timeout)
