@@ -1,6 +1,8 @@
 """coursekit.cluster on real local ipyparallel clusters (and its errors without one)."""
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -200,3 +202,12 @@ def test_a_notebook_on_part_of_an_mpi_job_gets_an_mpi_comm_of_its_ranks(monkeypa
             assert part.mpi and setup_comm(part) == "mpi"
             assert part.run(allreduce_rank_sum) == [("MpiComm", 2, 3.0)] * 2
         assert owner.client[owner.engine_ids[2]].apply_sync(mpi_world_rank) == 2
+
+
+def test_ipcluster_list_shows_a_cluster_started_here(cluster2):
+    """Its launchers (coursekit.cluster.launchers, through the reaper) are named in the cluster file
+    so that ipyparallel can import them again."""
+    ipcluster = os.path.join(os.path.dirname(sys.executable), "ipcluster")
+    listed = subprocess.run([ipcluster, "list"], capture_output=True, text=True, timeout=60)
+    assert "Failed to load" not in listed.stderr, listed.stderr
+    assert "ReapedEngineSet" in listed.stdout, listed.stdout

@@ -6,6 +6,10 @@ lowered from 3 s to 100 ms; with the default it takes ~6.7 s here). An
 instructor sets one environment variable, ``COURSEKIT_CLUSTER``, and the same
 ``start()`` call attaches to the running cluster instead (see :func:`connect`).
 
+A local cluster's processes are started by its reaper, a watchdog process that ends
+them, and every process they start, when the kernel dies without stopping the
+cluster, even by SIGKILL (see :mod:`coursekit.cluster.reaper`).
+
 Every engine learns its ``rank`` (0 .. size-1, the MPI rank when the engines
 are MPI processes, else the order of engine ids) and ``size``; on the engine,
 :func:`this_engine` returns them and the names ``rank`` and ``size`` are set in
@@ -27,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coursekit import checks
-from coursekit.cluster.processes import end_processes, with_descendants
 
 __all__ = [
     "ENV_CLUSTER",
@@ -185,12 +188,8 @@ class CourseCluster:
         self.ipp_cluster = ipp_cluster
         self.timeout = timeout
         self._stopped = False
-        # ends the cluster if this process dies without stopping it (coursekit.cluster.reaper;
-        # imported here, not with the package: `python -m coursekit.cluster.reaper` runs it
-        # as __main__, and runpy warns when the package has imported it already)
-        from coursekit.cluster.reaper import start_reaper
-
-        self._reaper = start_reaper(self._process_ids()) if self.owned else None
+        # started the cluster's processes; ends them if this process dies without stopping it
+        self._reaper = getattr(ipp_cluster, "reaper", None)  # (coursekit.cluster.reaper)
         self.engine_ids, self.mpi, hosts = self._assign_ranks()
         if size is not None:  # the first `size` ranks; the other engines stay untouched
             self.engine_ids, hosts = self.engine_ids[:size], hosts[:size]
@@ -271,24 +270,18 @@ class CourseCluster:
             return
         self._stopped = True
         if self.owned:
-            processes = with_descendants(self._process_ids())
             try:
                 self.ipp_cluster.signal_engines_sync(signal.SIGINT)
             except Exception:  # engines that already died cannot be signalled
                 pass
             self.client.close()
-            self.ipp_cluster.stop_cluster_sync()
-            end_processes(processes)
-            self._reaper.terminate()
-            self._reaper.wait()
+            try:
+                self.ipp_cluster.stop_cluster_sync()
+            finally:  # ends what the engines started (and anything ipyparallel left) and exits
+                if self._reaper is not None:
+                    self._reaper.close()
         else:
             self.client.close()
-
-    def _process_ids(self) -> list[int]:
-        launchers = [self.ipp_cluster.controller]
-        for engine_set in self.ipp_cluster.engines.values():
-            launchers.extend(getattr(engine_set, "launchers", {}).values() or [engine_set])
-        return [proc.pid for launcher in launchers if (proc := getattr(launcher, "process", None))]
 
     def __enter__(self) -> "CourseCluster":
         return self
@@ -343,36 +336,50 @@ def start(
 
     import ipyparallel as ipp
 
+    # imported here, not with the package: `python -m coursekit.cluster.reaper` runs it as
+    # __main__, and runpy warns when the package has imported it already
+    from coursekit.cluster import launchers
+    from coursekit.cluster.reaper import start_reaper
+
     launcher_args = {}
     if engines == "mpi":
         launcher_args["mpi_cmd"] = [_mpiexec()]
-    ipp_cluster = ipp.Cluster(
+    # the reaper starts the controller and the engines, and ends them (and all they start)
+    # if this process dies without stopping the cluster: see coursekit.cluster.reaper
+    ipp_cluster = launchers.ReapedCluster(
+        reaper=start_reaper(),
         n=n,
         profile=profile or "default",
         controller_ip=ip,
         controller_args=[f"--HeartMonitor.period={heartbeat_ms}"],
-        engine_launcher_class=engines,
+        controller_launcher_class=launchers.ReapedController,
+        engine_launcher_class=launchers.ENGINE_LAUNCHERS[engines],
         engine_timeout=int(timeout),
         log_level=40,  # errors only: launcher chatter would end up in notebook outputs
     )
-    ipp_cluster.start_controller_sync()
     try:
+        ipp_cluster.start_controller_sync()
         ipp_cluster.start_engines_sync(
             n, environment=_engine_environment(threads_per_engine, engine_env), **launcher_args
         )
         client = ipp_cluster.connect_client_sync()
         try:
             client.wait_for_engines(n, timeout=timeout, interactive=False)
-        except TimeoutError:
+        except (TimeoutError, ipp.error.EngineError) as error:  # EngineError: engines ended
             output = "\n".join(es.get_output() for es in ipp_cluster.engines.values())
             client.close()
+            when = (f"within {timeout} s" if isinstance(error, TimeoutError)
+                    else "before the engines ended")
             raise ClusterError(
-                f"only {len(client.ids)} of {n} engines registered within {timeout} s. "
+                f"only {len(client.ids)} of {n} engines registered {when}. "
                 f"Engine output:\n{output or '(no output)'}"
             ) from None
         return CourseCluster(client, ipp_cluster, timeout=timeout)
     except BaseException:
-        ipp_cluster.stop_cluster_sync()
+        try:
+            ipp_cluster.stop_cluster_sync()
+        finally:
+            ipp_cluster.reaper.close()
         raise
 
 
