@@ -17,7 +17,8 @@ status line, ``self.plot.value = png(fig)`` for the picture). The base does the 
 - **Stop** interrupts the engines of the panel's cluster (SIGINT, the same as
   ``cluster.interrupt()``); a run without a cluster stops at its next progress callback.
   ``prepare(cluster)``, if given, then makes the engines ready again (e.g.
-  ``setup_comm``: fresh comms, without the messages of an interrupted collective).
+  ``setup_comm``: fresh comms, without the messages of an interrupted collective); so it
+  does after a run that failed on the ranks (a comm error, a rank's failure).
 - While a run goes, the cluster is checked every ``poll`` seconds: if it disappeared
   (stopped, controller gone, an engine died) the panel says so, stops waiting, and shows
   a **Restart cluster** button that stops what is left of it, calls ``restart()`` (given
@@ -262,7 +263,7 @@ class Panel(LiveRepr, widgets.VBox):
             elif (problem := cluster_problem(self.cluster)) is not None:
                 self._cluster_gone(problem)
             else:
-                self.say(f"error: {error_message(err, self.cluster)}")
+                self.say(f"error: {error_message(err, self.cluster)}{self._ready_again(err)}")
             if not self._keep_runs:  # the old picture would show a setting the error refused
                 self.plot.value = b""
             if isinstance(err, (KeyboardInterrupt, SystemExit)):
@@ -333,13 +334,24 @@ class Panel(LiveRepr, widgets.VBox):
         text = "stopped"
         if isinstance(self.error, RunStopped) and str(self.error) != "stopped":
             text += f" ({self.error})"
-        if self.cluster is not None and self.prepare is not None:
-            try:
-                self.prepare(self.cluster)
-            except Exception as err:  # noqa: BLE001 - shown, not raised
-                self.error = err
-                text += f"; making the engines ready again failed: {error_message(err)}"
-        self.say(text + ".")
+        self.say(text + self._ready_again(self.error) + ".")
+
+    def _ready_again(self, err) -> str:
+        """After a run the engines broke off (stopped, a comm error, a rank's failure: any
+        error but a setting refused up front, a TypeError or ValueError), make them ready
+        again with ``prepare``: a collective that broke off leaves its comm
+        refusing every later call (:meth:`coursekit.comm.Comm.collective`), and the next Run
+        must start clean. Returns what to add to the status line when that fails."""
+        if self.cluster is None or self.prepare is None:
+            return ""
+        if isinstance(err, (TypeError, ValueError)) and not self._stopping.is_set():
+            return ""  # a setting refused before any rank ran: nothing to repair
+        try:
+            self.prepare(self.cluster)
+        except Exception as failure:  # noqa: BLE001 - shown, not raised
+            self.error = failure
+            return f"; making the engines ready again failed: {error_message(failure)}"
+        return ""
 
     # ---- a lost cluster ------------------------------------------------------------------------
 

@@ -240,6 +240,32 @@ def test_stop_interrupts_the_engines_and_they_stay_usable(two_engines, tmp_path)
     assert panel.status.value == "sums [3.0, 3.0]"
 
 
+@interactive
+def allreduce_alone(comm):
+    """Rank 0 sums with a rank that never comes (its comm times out and breaks); the others
+    return at once."""
+    import numpy as np
+
+    from coursekit.collectives import allreduce
+
+    if comm.rank != 0:
+        return None
+    return float(allreduce(comm, np.ones(4), algorithm="ring")[0])
+
+
+@pytest.mark.cluster
+def test_a_run_whose_comm_broke_off_leaves_the_engines_ready_for_the_next(two_engines, tmp_path):
+    c = two_engines()
+    setup_comm(c, timeout=1)
+    panel = EnginePanel(c, tmp_path / "started", prepare=fresh_comm)
+    panel.compute = lambda: panel.cluster.run(call_with_comm, allreduce_alone, timeout=60)
+    assert panel.run() is None and panel.status.value.startswith("error: ")
+    assert "CommTimeout" in str(panel.error)
+    del panel.compute  # the panel's own: both ranks sum
+    assert panel.run() == [3.0, 3.0]  # the broken comm was rebuilt: a correct allreduce
+    assert panel.status.value == "sums [3.0, 3.0]"
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("victim", ["engine", "controller"])
 def test_a_cluster_that_dies_during_a_run_offers_a_restart(two_engines, victim, tmp_path):
