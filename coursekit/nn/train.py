@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from coursekit import checks
 from coursekit.data import minibatches
@@ -95,6 +94,8 @@ def train(
             step_loss=np.array(step_loss),
             seconds=time.perf_counter() - start,
         )
+
+    from tqdm.auto import tqdm  # here, not at import: coursekit.nn must import without tqdm
 
     bar = tqdm(range(epochs), desc="epochs", disable=not progress)
     for _ in bar:
