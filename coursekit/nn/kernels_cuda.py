@@ -1,24 +1,38 @@
-"""numba.cuda kernels for the MLP: a tiled shared-memory matrix product and fused
-elementwise kernels, behind the same host functions as :mod:`coursekit.nn.kernels_cpu`.
+"""numba.cuda kernels for the MLP: a register-blocked tiled matrix product with a fused
+bias + activation epilogue, and elementwise kernels, behind the same host functions as
+:mod:`coursekit.nn.kernels_cpu`.
 
 Why a GPU wins on matrix products (lecture): thousands of simple cores and high memory
-bandwidth. The tiled product shows the second half of the story: each block of
-TPB x TPB threads loads one TPB x TPB tile of op(A) and of op(B) into fast shared
-memory, then every thread does TPB multiply-adds from there, so each number read
-from global memory is reused TPB times:
+bandwidth. The tiled product shows the second half of the story. A block of
+TY x TX threads computes one BM x BN tile of C; each step it stages a BM x BK slab of op(A)
+and a BK x BN slab of op(B) in fast shared memory, and each thread keeps an RM x RN
+sub-tile of C in registers (``cuda.local.array``), so per shared-memory number it reads it
+does RM (or RN) multiply-adds. Each number read from global memory is reused TILE times,
+BN times for op(A) and BM times for op(B):
 
-    C[i, j] = sum over tiles t of  sum_{k in tile t} opA[i, k] * opB[k, j]
+    C[i, j] = sum over slabs s of  sum_{k in slab s} opA[i, k] * opB[k, j]
+    global loads = M K (N / BN) + K N (M / BM)   vs   2 M N K for one output per thread
 
 with op(X) = X or X^T chosen per call, which gives the three products backprop needs:
-A_prev W (forward), A_prev^T delta (dW) and delta W^T (upstream gradient).
+A_prev W (forward), A_prev^T delta (dW) and delta W^T (upstream gradient). The forward's
+epilogue applies sigma(. + b) before the one store. When M x N has too few tiles to fill
+the GPU (the 10-wide output layer), K is split into ``splits`` slabs run by separate blocks
+(split-K); their partial sums, kept in the accumulator type, are added (then bias and
+activation) by a second kernel.
+
+Storage and accumulation types: float64 computes in float64; float32 and float16 storage
+both accumulate in float32 registers, converting on load and rounding once on store
+(how a 16-bit GEMM runs on a GPU; :func:`loss_and_grad_mixed` uses it for chapter 8's
+mixed precision).
 
 The host functions take and return NumPy arrays (the flat buffer stays on the host,
 where the later chapters allreduce it): parameters and the batch go to the device once
 per call, every layer runs there, and the gradient comes back once.
 
 Tests run these kernels with ``NUMBA_ENABLE_CUDASIM=1`` (numba's CUDA simulator runs
-each GPU thread as a Python thread). There the tile is 4 x 4 instead of 16 x 16, so that
-small test matrices still span several tiles and hit the partial-tile edges.
+each GPU thread as a Python thread). There the tile is 8 x 8 (4 x 4 threads of 2 x 2
+outputs, slabs of 4) instead of 64 x 64, so that small test matrices still span several
+tiles and hit the partial-tile edges.
 On a machine with several GPUs, call :func:`select_gpu` with the engine's local rank.
 """
 
@@ -33,17 +47,53 @@ import numpy as np
 from numba import cuda
 
 __all__ = [
+    "TILE",
     "TPB",
+    "MixedStep",
+    "Tile",
     "forward",
     "layer_backward",
     "layer_forward",
+    "loss_and_grad_mixed",
     "loss_and_grad_mse",
     "loss_and_grad_xent",
     "select_gpu",
 ]
 
-#: tile width (threads per block along each axis)
-TPB = 4 if numba.config.ENABLE_CUDASIM else 16
+_SIM = bool(numba.config.ENABLE_CUDASIM)
+
+#: threads per block along each axis of the elementwise kernels
+TPB = 4 if _SIM else 16
+
+
+class Tile(NamedTuple):
+    """The matrix product's blocking: a block computes BM x BN of C with (BM/RM) x (BN/RN)
+    threads, each RM x RN outputs in registers, over K in slabs of BK."""
+
+    BM: int
+    BN: int
+    BK: int
+    RM: int
+    RN: int
+
+    @property
+    def threads(self) -> tuple[int, int]:
+        return self.BN // self.RN, self.BM // self.RM  # (x: columns, y: rows)
+
+    def check(self) -> "Tile":
+        tx, ty = self.threads
+        n = tx * ty
+        if (self.BM % self.RM or self.BN % self.RN or (self.BM * self.BK) % n
+                or (self.BK * self.BN) % n or n > 1024):
+            raise ValueError(f"{self}: RM, RN must divide BM, BN and the threads "
+                             f"({n}, at most 1024) must divide BM*BK and BK*BN")
+        return self
+
+
+#: the default blocking (a 64 x 64 tile, 16 x 16 threads of 4 x 4); 8 x 8 in the simulator
+TILE = Tile(8, 8, 4, 2, 2) if _SIM else Tile(64, 64, 16, 4, 4)
+#: split K only while each split still has this many slabs of BK
+_MIN_SLABS_PER_SPLIT = 4
 
 
 def select_gpu(local_rank: int) -> int:
@@ -72,89 +122,167 @@ def bind_engine_gpu() -> int | None:
     return select_gpu(local_rank)
 
 
+def _acc_dtype(dtype) -> np.dtype:
+    """The accumulator type for a storage type: float64 stays, float32 and float16 -> float32."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
 class _Kernels(NamedTuple):
-    matmul: object
-    bias_act: object
+    activate: object
+    splitk_reduce: object
     delta: object
     column_sums: object
     softmax_xent: object
     mse: object
+    softmax_xent_scaled: object
+    mse_scaled: object
+    absmax_rows: object
+
+
+def _kernels(dtype) -> _Kernels:
+    """The kernels for storage type ``dtype`` (compiled once per accumulator type; numba
+    specializes each for the argument types it is called with, float16 included)."""
+    return _compile(_acc_dtype(dtype))
 
 
 @functools.lru_cache(maxsize=None)
-def _kernels(dtype: np.dtype) -> _Kernels:
-    """Compile the kernels for one dtype (shared arrays and accumulators need it fixed)."""
-    t = numba.from_dtype(dtype)
+def _matmul_kernel(acc_dtype: np.dtype, tile: Tile):
+    """C (or split-K partials) = op(A) @ op(B), accumulated in ``acc_dtype`` with ``tile``."""
+    t = numba.from_dtype(acc_dtype)
+    BM, BN, BK, RM, RN = tile.check()
+    TX, TY = tile.threads
+    NT = TX * TY
+    LOADS_A, LOADS_B = BM * BK // NT, BK * BN // NT
+    activate = _compile(acc_dtype).activate
 
     @cuda.jit
-    def matmul(A, B, C, trans_a, trans_b):
-        """C = op(A) @ op(B), op(X) = X.T when trans_x; tiles of TPB x TPB in shared memory."""
-        sA = cuda.shared.array((TPB, TPB), dtype=t)
-        sB = cuda.shared.array((TPB, TPB), dtype=t)
+    def matmul(A, B, C, bias, act, trans_a, trans_b, k_len):
+        """op(A) @ op(B), op(X) = X.T when trans_x. Block (bx, by, z) computes the BM x BN
+        tile (by, bx) of C over K-range [z k_len, (z+1) k_len). With one split (gridDim.z
+        == 1) and act >= 0 it stores sigma_act(. + bias); otherwise the plain sum, split z
+        into rows z*M .. z*M + M - 1 of C (the partials)."""
+        sA = cuda.shared.array((BK, BM + 1), dtype=t)  # +1: transposed stores hit distinct banks
+        sB = cuda.shared.array((BK, BN + 1), dtype=t)
+        acc = cuda.local.array((RM, RN), dtype=t)
+        a = cuda.local.array(RM, dtype=t)
+        b = cuda.local.array(RN, dtype=t)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        i = cuda.blockIdx.y * TPB + ty  # row of C
-        j = cuda.blockIdx.x * TPB + tx  # column of C
-        M, N = C.shape
+        tid = ty * TX + tx
+        i0 = cuda.blockIdx.y * BM
+        j0 = cuda.blockIdx.x * BN
+        M = A.shape[1] if trans_a else A.shape[0]
         K = A.shape[0] if trans_a else A.shape[1]
-        acc = t(0)
-        for tile in range((K + TPB - 1) // TPB):
-            k = tile * TPB + tx
-            if i < M and k < K:
-                sA[ty, tx] = A[k, i] if trans_a else A[i, k]
-            else:
-                sA[ty, tx] = 0
-            k = tile * TPB + ty
-            if j < N and k < K:
-                sB[ty, tx] = B[j, k] if trans_b else B[k, j]
-            else:
-                sB[ty, tx] = 0
-            cuda.syncthreads()
-            for kk in range(TPB):
-                acc += sA[ty, kk] * sB[kk, tx]
-            cuda.syncthreads()
-        if i < M and j < N:
-            C[i, j] = acc
-
-    @cuda.jit
-    def bias_act(Z, b, act):
-        """Z <- sigma(Z + b), one thread per element."""
-        j, i = cuda.grid(2)
-        if i < Z.shape[0] and j < Z.shape[1]:
-            z = Z[i, j] + b[j]
-            if act == 1:
-                z = max(z, t(0))
-            elif act == 2:
-                if z >= 0:
-                    z = 1 / (1 + math.exp(-z))
+        N = B.shape[0] if trans_b else B.shape[1]
+        k_begin = cuda.blockIdx.z * k_len
+        k_end = min(K, k_begin + k_len)
+        for r in range(RM):
+            for c in range(RN):
+                acc[r, c] = 0
+        for k0 in range(k_begin, k_end, BK):
+            for l in range(LOADS_A):  # slab of op(A): BM rows x BK, coalesced along memory
+                e = tid + l * NT
+                if trans_a:  # A is K x M: consecutive threads read consecutive i
+                    r, kk = e % BM, e // BM
+                else:  # A is M x K: consecutive threads read consecutive k
+                    r, kk = e // BK, e % BK
+                i, k = i0 + r, k0 + kk
+                if i < M and k < k_end:
+                    sA[kk, r] = t(A[k, i]) if trans_a else t(A[i, k])
                 else:
-                    e = math.exp(z)
-                    z = e / (1 + e)
-            elif act == 3:
-                z = math.tanh(z)
-            Z[i, j] = z
+                    sA[kk, r] = 0
+            for l in range(LOADS_B):  # slab of op(B): BK x BN columns
+                e = tid + l * NT
+                if trans_b:  # B is N x K
+                    kk, c = e % BK, e // BK
+                else:  # B is K x N
+                    kk, c = e // BN, e % BN
+                j, k = j0 + c, k0 + kk
+                if j < N and k < k_end:
+                    sB[kk, c] = t(B[j, k]) if trans_b else t(B[k, j])
+                else:
+                    sB[kk, c] = 0
+            cuda.syncthreads()
+            for kk in range(BK):
+                for r in range(RM):
+                    a[r] = sA[kk, ty + TY * r]
+                for c in range(RN):
+                    b[c] = sB[kk, tx + TX * c]
+                for r in range(RM):
+                    for c in range(RN):
+                        acc[r, c] += a[r] * b[c]
+            cuda.syncthreads()
+        fuse = act >= 0  # (the host passes act = -1 to split-K partials)
+        row0 = cuda.blockIdx.z * M
+        for r in range(RM):
+            i = i0 + ty + TY * r
+            if i < M:
+                for c in range(RN):
+                    j = j0 + tx + TX * c
+                    if j < N:
+                        if fuse:
+                            C[i, j] = activate(acc[r, c] + t(bias[j]), act)
+                        else:
+                            C[row0 + i, j] = acc[r, c]
+
+    return matmul
+
+
+@functools.lru_cache(maxsize=None)
+def _compile(acc_dtype: np.dtype) -> _Kernels:
+    """Compile the elementwise kernels for one accumulator type (their registers need it)."""
+    t = numba.from_dtype(acc_dtype)
+    one, zero = t(1), t(0)
+
+    @cuda.jit(device=True)
+    def activate(z, act):
+        """sigma_act(z): 0 identity, 1 relu, 2 sigmoid, 3 tanh."""
+        if act == 1:
+            return max(z, zero)
+        if act == 2:
+            if z >= zero:
+                return one / (one + math.exp(-z))
+            e = math.exp(z)
+            return e / (one + e)
+        if act == 3:
+            return math.tanh(z)
+        return z
 
     @cuda.jit
-    def delta(G, A, act):
-        """G <- G * sigma'(A), sigma' written with the output A."""
+    def splitk_reduce(P, splits, C, bias, act):
+        """C = sigma_act(sum_z P[z M + i, j] + bias[j]) (just the sum when act < 0)."""
+        j, i = cuda.grid(2)
+        M, N = C.shape
+        if i < M and j < N:
+            s = zero
+            for z in range(splits):
+                s += P[z * M + i, j]
+            if act >= 0:
+                s = activate(s + t(bias[j]), act)
+            C[i, j] = s
+
+    @cuda.jit
+    def delta(G, A, act, D):
+        """D <- G * sigma'(A), sigma' written with the output A (D may be G itself)."""
         j, i = cuda.grid(2)
         if i < G.shape[0] and j < G.shape[1]:
-            a = A[i, j]
+            a, g = t(A[i, j]), t(G[i, j])
             if act == 1:
-                if a <= 0:
-                    G[i, j] = 0
+                if a <= zero:
+                    g = zero
             elif act == 2:
-                G[i, j] *= a * (1 - a)
+                g *= a * (one - a)
             elif act == 3:
-                G[i, j] *= 1 - a * a
+                g *= one - a * a
+            D[i, j] = g
 
     @cuda.jit
     def column_sums(G, db):
         """db[j] = sum_i G[i, j], one thread per column."""
         j = cuda.grid(1)
         if j < G.shape[1]:
-            s = t(0)
+            s = zero
             for i in range(G.shape[0]):
-                s += G[i, j]
+                s += t(G[i, j])
             db[j] = s
 
     @cuda.jit
@@ -167,7 +295,7 @@ def _kernels(dtype: np.dtype) -> _Kernels:
             for j in range(1, m):
                 zmax = max(zmax, Z[i, j])
             shifted_target = Z[i, y[i]] - zmax
-            s = t(0)
+            s = zero
             for j in range(m):
                 e = math.exp(Z[i, j] - zmax)
                 Z[i, j] = e
@@ -175,7 +303,7 @@ def _kernels(dtype: np.dtype) -> _Kernels:
             row_loss[i] = math.log(s) - shifted_target
             for j in range(m):
                 Z[i, j] = Z[i, j] / (s * n)
-            Z[i, y[i]] -= t(1) / n
+            Z[i, y[i]] -= one / n
 
     @cuda.jit
     def mse(Z, T, row_loss):
@@ -183,14 +311,60 @@ def _kernels(dtype: np.dtype) -> _Kernels:
         i = cuda.grid(1)
         n, m = Z.shape
         if i < n:
-            s = t(0)
+            s = zero
             for j in range(m):
                 d = Z[i, j] - T[i, j]
                 s += d * d
                 Z[i, j] = d / n
             row_loss[i] = s / 2
 
-    return _Kernels(matmul, bias_act, delta, column_sums, softmax_xent, mse)
+    @cuda.jit
+    def softmax_xent_scaled(Z, y, row_loss, G, scale):
+        """As softmax_xent, Z read-only (any float type, computed in the accumulator's):
+        G <- scale (softmax(Z) - onehot(y)) / n, rounded once to G's type."""
+        i = cuda.grid(1)
+        n, m = Z.shape
+        if i < n:
+            zmax = t(Z[i, 0])
+            for j in range(1, m):
+                zmax = max(zmax, t(Z[i, j]))
+            s = zero
+            for j in range(m):
+                s += math.exp(t(Z[i, j]) - zmax)
+            row_loss[i] = math.log(s) - (t(Z[i, y[i]]) - zmax)
+            for j in range(m):
+                p = math.exp(t(Z[i, j]) - zmax) / s
+                if j == y[i]:
+                    p -= one
+                G[i, j] = p / t(n) * scale
+
+    @cuda.jit
+    def mse_scaled(Z, T, row_loss, G, scale):
+        """As mse, Z read-only: G <- scale (Z - T) / n, rounded once to G's type."""
+        i = cuda.grid(1)
+        n, m = Z.shape
+        if i < n:
+            s = zero
+            for j in range(m):
+                d = t(Z[i, j]) - t(T[i, j])
+                s += d * d
+                G[i, j] = d / t(n) * scale
+            row_loss[i] = s / 2
+
+    @cuda.jit
+    def absmax_rows(G, out, offset):
+        """out[offset + i] = max_j |G[i, j]|, inf when the row holds an inf or a NaN."""
+        i = cuda.grid(1)
+        if i < G.shape[0]:
+            m = zero
+            for j in range(G.shape[1]):
+                g = abs(t(G[i, j]))
+                if not g <= m:  # g > m, or g is NaN
+                    m = g if g == g else t(math.inf)
+            out[offset + i] = m
+
+    return _Kernels(activate, splitk_reduce, delta, column_sums, softmax_xent, mse,
+                    softmax_xent_scaled, mse_scaled, absmax_rows)
 
 
 def _grid2(rows: int, cols: int):
@@ -202,32 +376,79 @@ def _grid1(n: int):
     return math.ceil(n / threads), threads
 
 
-def _matmul(A, B, trans_a, trans_b, out=None):
-    """op(A) @ op(B) on the device (into ``out`` when given)."""
+@functools.lru_cache(maxsize=None)
+def _n_sm() -> int:
+    """Streaming multiprocessors of the current GPU (2 in the simulator: splits get tested)."""
+    if _SIM:
+        return 2
+    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+
+
+def _splits(M: int, N: int, K: int, tile: Tile) -> int:
+    """How many K-splits: enough blocks for two per SM, each split >= 4 slabs of BK."""
+    tiles = math.ceil(M / tile.BM) * math.ceil(N / tile.BN)
+    want = math.ceil(2 * _n_sm() / tiles)
+    return max(1, min(want, K // (_MIN_SLABS_PER_SPLIT * tile.BK)))
+
+
+_NO_BIAS: dict = {}
+
+
+def _no_bias(dtype):
+    if dtype not in _NO_BIAS:
+        _NO_BIAS[dtype] = cuda.to_device(np.zeros(1, dtype))
+    return _NO_BIAS[dtype]
+
+
+def _matmul(A, B, trans_a, trans_b, out=None, *, bias=None, act=-1, dtype=None, splits=None,
+            tile=None):
+    """op(A) @ op(B) on the device (into ``out`` when given, else a new array of ``dtype``,
+    default B's), then sigma_act(. + bias) when ``act`` >= 0 (0 identity, 1 relu, 2
+    sigmoid, 3 tanh). ``splits`` (K-splits) and ``tile`` default to what fits the shape."""
+    tile = TILE if tile is None else tile
     M = A.shape[1] if trans_a else A.shape[0]
+    K = A.shape[0] if trans_a else A.shape[1]
     N = B.shape[0] if trans_b else B.shape[1]
+    if (B.shape[1] if trans_b else B.shape[0]) != K:
+        raise ValueError(f"_matmul: op(A) is {M} x {K} but op(B) is "
+                         f"{B.shape[1] if trans_b else B.shape[0]} x {N}")
     if out is None:
-        out = cuda.device_array((M, N), dtype=A.dtype)
-    blocks, threads = _grid2(M, N)
-    _kernels(A.dtype).matmul[blocks, threads](A, B, out, trans_a, trans_b)
+        out = cuda.device_array((M, N), dtype=B.dtype if dtype is None else dtype)
+    acc = _acc_dtype(out.dtype)
+    if bias is None:
+        bias = _no_bias(acc)
+    splits = _splits(M, N, K, tile) if splits is None else max(1, min(int(splits), K))
+    k_len = math.ceil(math.ceil(K / splits) / tile.BK) * tile.BK  # whole slabs per split
+    splits = math.ceil(K / k_len)
+    blocks = (math.ceil(N / tile.BN), math.ceil(M / tile.BM), splits)
+    kernel = _matmul_kernel(acc, tile)
+    if splits == 1:
+        kernel[blocks, tile.threads](A, B, out, bias, act, trans_a, trans_b, k_len)
+        return out
+    partial = cuda.device_array((splits * M, N), dtype=acc)
+    kernel[blocks, tile.threads](A, B, partial, bias, -1, trans_a, trans_b, k_len)
+    g_blocks, g_threads = _grid2(M, N)
+    _compile(acc).splitk_reduce[g_blocks, g_threads](partial, splits, out, bias, act)
     return out
 
 
 def _d_layer_forward(W, b, A_prev, act):
-    Z = _matmul(A_prev, W, False, False)
-    blocks, threads = _grid2(*Z.shape)
-    _kernels(Z.dtype).bias_act[blocks, threads](Z, b, act)
-    return Z
+    """sigma(A_prev W + b): one matrix product with the bias and activation in its epilogue."""
+    return _matmul(A_prev, W, False, False, bias=b, act=act)
 
 
-def _d_layer_backward(W, A_prev, A, G, act, dW, db, input_grad: bool):
+def _d_layer_backward(W, A_prev, A, G, act, dW, db, input_grad: bool, D=None):
+    """delta = G sigma'(A) into D (default: G itself), dW = A_prev^T delta, db = column sums,
+    and, if ``input_grad``, returns delta W^T (in G's type: mixed precision keeps delta in
+    float32 in D and rounds the products once, to dW's and G's 16-bit types)."""
     k = _kernels(G.dtype)
+    D = G if D is None else D
     blocks, threads = _grid2(*G.shape)
-    k.delta[blocks, threads](G, A, act)
-    _matmul(A_prev, G, True, False, out=dW)
+    k.delta[blocks, threads](G, A, act, D)
+    _matmul(A_prev, D, True, False, out=dW)
     blocks, threads = _grid1(G.shape[1])
-    k.column_sums[blocks, threads](G, db)
-    return _matmul(G, W, False, True) if input_grad else None
+    k.column_sums[blocks, threads](D, db)
+    return _matmul(D, W, False, True, dtype=G.dtype) if input_grad else None
 
 
 def _d_views(flat, sizes, layer):
@@ -244,6 +465,71 @@ def _d_forward_all(d_params, sizes, act, X):
         W, b = _d_views(d_params, sizes, layer)
         acts.append(_d_layer_forward(W, b, acts[-1], act if layer < n_layers - 1 else 0))
     return acts
+
+
+class MixedStep(NamedTuple):
+    """What :func:`loss_and_grad_mixed` returns: the mean loss (unweighted, fp32 math), the
+    largest |value| of the scaled 16-bit activation gradients G^L .. G^1 (inf if one
+    overflowed), and the step's device arrays A^0 .. A^L and G^1 .. G^L (16-bit, kept on
+    the GPU: ``.copy_to_host()`` to inspect them)."""
+
+    loss: float
+    peak: float
+    activations: list
+    activation_grads: list
+
+
+def _check_mixed_storage(*arrays) -> np.dtype:
+    dt = arrays[0].dtype
+    if dt not in (np.float16, np.float32) or any(a.dtype != dt for a in arrays):
+        raise ValueError("loss_and_grad_mixed: weights16, grad16 and X16 must all be float16 "
+                         "(or all float32, fmt='fp32'); got "
+                         + ", ".join(str(a.dtype) for a in arrays))
+    return dt
+
+
+def loss_and_grad_mixed(weights16, grad16, sizes, act, X16, target, *, loss: str = "softmax_xent",
+                        scale: float = 1.0) -> MixedStep:
+    """One mixed-precision step on the GPU (chapter 8; the equations of
+    :mod:`coursekit.nn.mixed_precision`, run as real 16-bit kernels).
+
+    ``weights16`` (the flat buffer rounded to float16), ``X16`` (A^0) and ``grad16`` (out:
+    the scaled 16-bit gradient) are float16 host arrays (float32 for fmt="fp32"); ``target``
+    holds int64 labels ("softmax_xent") or float targets ("mse"). Every matrix product reads
+    16-bit inputs, accumulates in float32 and rounds once when it stores; the loss and
+    G^L = round(scale * dC/dZ^L) are computed in float32; delta^l = G^l sigma'(A^l) stays in
+    float32 (as the emulation's fused delta). Uploads the 16-bit weights and batch, returns
+    only grad16 (and the loss and peak); activations stay on the device.
+    """
+    storage = _check_mixed_storage(weights16, grad16, X16)
+    if loss not in ("softmax_xent", "mse"):
+        raise ValueError(f"loss={loss!r} is not supported; allowed: softmax_xent, mse")
+    k = _kernels(storage)
+    n_layers, n = len(sizes) - 1, len(X16)
+    d_params = cuda.to_device(weights16)
+    d_grad = cuda.device_array(grad16.shape, storage)
+    acts = _d_forward_all(d_params, sizes, act, X16)
+    G = cuda.device_array(acts[-1].shape, storage)
+    row_loss = cuda.device_array(n, np.float64)
+    peaks = cuda.device_array(n_layers * n, np.float32)
+    blocks, threads = _grid1(n)
+    loss_kernel = k.softmax_xent_scaled if loss == "softmax_xent" else k.mse_scaled
+    loss_kernel[blocks, threads](acts[-1], cuda.to_device(target), row_loss, G, np.float32(scale))
+    grads = [G]
+    D = None  # delta^l in float32 (G^l itself stays, for inspection)
+    for layer in range(n_layers - 1, -1, -1):
+        k.absmax_rows[blocks, threads](G, peaks, (n_layers - 1 - layer) * n)
+        W, _ = _d_views(d_params, sizes, layer)
+        dW, db = _d_views(d_grad, sizes, layer)
+        if D is None or D.shape != G.shape:
+            D = cuda.device_array(G.shape, np.float32)
+        G = _d_layer_backward(W, acts[layer], acts[layer + 1], G, act if layer < n_layers - 1 else 0,
+                              dW, db, layer > 0, D=D)
+        if G is not None:
+            grads.insert(0, G)
+    d_grad.copy_to_host(grad16)
+    loss_value = float(row_loss.copy_to_host().sum() / n)
+    return MixedStep(loss_value, float(peaks.copy_to_host().max()), acts, grads)
 
 
 def layer_forward(W, b, A_prev, act, out):
