@@ -36,6 +36,18 @@ The kernels are the MLP's own (``Layer.forward`` / ``Layer.backward`` of
 
 With fmt="fp32" every round is the identity, so the step is the MLP's own fp32 step
 (tested against its float64 gradient).
+
+On a GPU (``device="cuda"``)
+----------------------------
+The same equations run as real 16-bit kernels
+(:func:`coursekit.nn.kernels_cuda.loss_and_grad_mixed`): weights, activations, activation
+gradients and the weight gradient are float16 arrays on the device; every GEMM reads them,
+accumulates in float32 registers and rounds once on its store; the loss and delta^l stay in
+float32. The master weights, the unscaling and the optimizer stay on the host (one upload
+of W16 and the batch, one download of the 16-bit gradient a step). ``activations`` and
+``activation_grads`` are then device arrays (``.copy_to_host()``), and ``peak`` is taken
+after the rounding to 16 bits (the emulation takes it before; they differ by at most one
+rounding, and agree on inf). bf16 has no numba type, so it runs only in the emulation.
 """
 
 from __future__ import annotations
@@ -50,7 +62,7 @@ import numpy as np
 from coursekit import checks
 from coursekit.data import minibatches
 from coursekit.nn import layout, reference
-from coursekit.nn.mlp import MLP
+from coursekit.nn.mlp import DEVICES, MLP, resolve_device
 from coursekit.nn.optim import make_optimizer
 from coursekit.nn.precision import get_format
 from coursekit.nn.train import History
@@ -58,10 +70,26 @@ from coursekit.nn.train import History
 __all__ = ["LossScaler", "MemoryReport", "MixedHistory", "MixedPrecision", "train_mixed"]
 
 
+_GPU_FORMATS = ("fp16", "fp32")  # formats with a numba type (the kernels' storage)
+
+
 def _absmax(x: np.ndarray) -> float:
     """max |x|, inf when x holds a NaN (a NaN here comes from an overflow: inf * 0)."""
     m = float(np.max(np.abs(x)))
     return math.inf if math.isnan(m) else m
+
+
+def _resolve_device(device, fmt: str) -> str:
+    """"cpu" or "cuda" for :class:`MixedPrecision` (see its ``device``)."""
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not supported; allowed: {', '.join(DEVICES)}")
+    if fmt not in _GPU_FORMATS:
+        if device == "cuda":
+            raise ValueError(f"fmt={fmt!r} cannot run on device='cuda': numba has no bfloat16 "
+                             f"type; use fmt='fp16' or 'fp32' on the GPU, or device='cpu' (the "
+                             f"emulation)")
+        return "cpu"
+    return resolve_device(device)
 
 
 class LossScaler:
@@ -142,11 +170,15 @@ class MixedPrecision:
     weight makes every gradient small).
     ``optimizer``: anything with ``step(grad)`` on ``model.params``; default SGD(lr),
     or momentum SGD when ``momentum > 0``.
+    ``device``: "cpu" (default: the NumPy emulation, its fp32 GEMMs on ``model``'s own
+    backend), "cuda" (real float16 kernels on the GPU: fmt "fp16" or "fp32"; "bf16" is
+    refused with a ValueError, as is "cuda" without a usable GPU) or "auto" ("cuda" when a
+    GPU is usable and the format runs there, else "cpu"). Loss scaling is the same on both.
     """
 
     def __init__(self, model: MLP, fmt: str = "fp16", *, scaler: LossScaler | None = None,
                  loss_weight: float = 1.0, lr: float = 0.1, momentum: float = 0.0,
-                 optimizer=None):
+                 optimizer=None, device: str = "cpu"):
         checks.instance(model, "model", MLP, " (coursekit.nn.MLP)")
         if model.dtype != np.float32:
             raise ValueError(f"model must be a float32 MLP (its params are the fp32 master "
@@ -154,6 +186,7 @@ class MixedPrecision:
         self.model = model
         self.loss_weight = checks.real(loss_weight, "loss_weight", above=0)
         self.format = get_format(fmt)
+        self.device = _resolve_device(device, self.format.name)
         self.scaler = LossScaler(1.0, dynamic=False) if scaler is None else checks.instance(
             scaler, "scaler", LossScaler, " or None")
         if optimizer is None:
@@ -178,6 +211,9 @@ class MixedPrecision:
         self.weights16[...] = self.format.encode(self.model.params)
         self._weights32[...] = self.format.decode(self.weights16)
 
+    def _encode_batch(self, X: np.ndarray) -> np.ndarray:
+        return self.format.encode(X).reshape(X.shape)
+
     def _forward(self, X: np.ndarray) -> list[np.ndarray]:
         """The 16-bit activations A^0 .. A^L of X under the current 16-bit weights."""
         fmt = self.format
@@ -189,8 +225,16 @@ class MixedPrecision:
 
     def forward(self, X) -> np.ndarray:
         """The network's output computed in the 16-bit format (fp32 values)."""
+        X = self.model.check_inputs(X)
+        if self.device == "cuda":
+            from coursekit.nn import kernels_cuda
+
+            self.weights16[...] = self.format.encode(self.model.params)
+            m = self.model
+            return self.format.decode(kernels_cuda.forward(self.weights16, m._sizes_arr, m._act,
+                                                           self._encode_batch(X)))
         self._cast_weights()
-        return self.format.decode(self._forward(self.model.check_inputs(X))[-1])
+        return self.format.decode(self._forward(X)[-1])
 
     def accuracy(self, X, y) -> float:
         """Fraction of rows whose predicted class (argmax of :meth:`forward`) equals the label."""
@@ -213,6 +257,8 @@ class MixedPrecision:
         if validate:
             X, y = self.model.check_batch(X, y)
         fmt, scale = self.format, self.scaler.scale
+        if self.device == "cuda":
+            return self._loss_and_grad_cuda(X, y, scale)
         self._cast_weights()
         self.activations = self._forward(X)
         loss, delta = (reference.softmax_xent if self.model.loss == "softmax_xent"
@@ -233,6 +279,22 @@ class MixedPrecision:
             self.grad16[...] = fmt.encode(self._grad32)
             np.divide(fmt.decode(self.grad16), np.float32(scale), out=self.grad)
         return self.loss_weight * loss, self.grad
+
+    def _loss_and_grad_cuda(self, X, y, scale: float) -> tuple[float, np.ndarray]:
+        """:meth:`loss_and_grad` with the 16-bit kernels on the GPU (see the module docstring)."""
+        from coursekit.nn import kernels_cuda
+
+        fmt, m = self.format, self.model
+        self.weights16[...] = fmt.encode(m.params)
+        with np.errstate(over="ignore", invalid="ignore"):
+            step = kernels_cuda.loss_and_grad_mixed(
+                self.weights16, self.grad16, m._sizes_arr, m._act, self._encode_batch(X), y,
+                loss=m.loss, scale=self.loss_weight * scale)
+            self.activations, self.activation_grads = step.activations, step.activation_grads
+            grad16 = fmt.decode(self.grad16)
+            self.peak = max(step.peak, _absmax(grad16))
+            np.divide(grad16, np.float32(scale), out=self.grad)
+        return self.loss_weight * step.loss, self.grad
 
     def step(self, X, y, *, validate: bool = True) -> float:
         """One training step on the batch (X, y); returns the loss. The update is skipped
@@ -255,7 +317,8 @@ class MixedPrecision:
                             self.grad.nbytes, state, sum(a.nbytes for a in self.activations))
 
     def __repr__(self) -> str:
-        return f"MixedPrecision({self.format.name}, {self.scaler!r}, {self.model!r})"
+        where = "" if self.device == "cpu" else f", device={self.device!r}"
+        return f"MixedPrecision({self.format.name}, {self.scaler!r}, {self.model!r}{where})"
 
 
 @dataclass(frozen=True)
