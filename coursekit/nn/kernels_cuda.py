@@ -46,6 +46,13 @@ import numba
 import numpy as np
 from numba import cuda
 
+if not hasattr(np, "row_stack"):
+    # NumPy 2.5 removed np.row_stack (an alias of np.vstack) and numba-cuda releases up to at
+    # least the one on the course's GPU machines (numba 0.68.0 + numba-cuda, numpy 2.5.2)
+    # still register an overload for it when they compile the first kernel, so every kernel
+    # failed with "module 'numpy' has no attribute 'row_stack'". Restore the alias.
+    np.row_stack = np.vstack
+
 __all__ = [
     "TILE",
     "TPB",
@@ -146,23 +153,28 @@ def _kernels(dtype) -> _Kernels:
 
 
 @functools.lru_cache(maxsize=None)
-def _matmul_kernel(acc_dtype: np.dtype, tile: Tile):
-    """C (or split-K partials) = op(A) @ op(B), accumulated in ``acc_dtype`` with ``tile``."""
+def _matmul_kernel(acc_dtype: np.dtype, tile: Tile, trans_a: bool, trans_b: bool):
+    """C (or split-K partials) = op(A) @ op(B), accumulated in ``acc_dtype`` with ``tile``
+    (the transposes are compile-time constants: each of the four products has its own
+    loaders, with no branch in the loop)."""
     t = numba.from_dtype(acc_dtype)
     BM, BN, BK, RM, RN = tile.check()
     TX, TY = tile.threads
     NT = TX * TY
     LOADS_A, LOADS_B = BM * BK // NT, BK * BN // NT
+    SA_COLS, SB_COLS = BM + 1, BN + 1  # +1: transposed stores hit distinct banks (constants here:
+    # a shared array's shape must be known when the kernel compiles)
     activate = _compile(acc_dtype).activate
+    TA, TB = bool(trans_a), bool(trans_b)
 
     @cuda.jit
-    def matmul(A, B, C, bias, act, trans_a, trans_b, k_len):
-        """op(A) @ op(B), op(X) = X.T when trans_x. Block (bx, by, z) computes the BM x BN
+    def matmul(A, B, C, bias, act, k_len):
+        """op(A) @ op(B), op(X) = X.T when TA / TB. Block (bx, by, z) computes the BM x BN
         tile (by, bx) of C over K-range [z k_len, (z+1) k_len). With one split (gridDim.z
         == 1) and act >= 0 it stores sigma_act(. + bias); otherwise the plain sum, split z
         into rows z*M .. z*M + M - 1 of C (the partials)."""
-        sA = cuda.shared.array((BK, BM + 1), dtype=t)  # +1: transposed stores hit distinct banks
-        sB = cuda.shared.array((BK, BN + 1), dtype=t)
+        sA = cuda.shared.array((BK, SA_COLS), dtype=t)
+        sB = cuda.shared.array((BK, SB_COLS), dtype=t)
         acc = cuda.local.array((RM, RN), dtype=t)
         a = cuda.local.array(RM, dtype=t)
         b = cuda.local.array(RN, dtype=t)
@@ -170,9 +182,9 @@ def _matmul_kernel(acc_dtype: np.dtype, tile: Tile):
         tid = ty * TX + tx
         i0 = cuda.blockIdx.y * BM
         j0 = cuda.blockIdx.x * BN
-        M = A.shape[1] if trans_a else A.shape[0]
-        K = A.shape[0] if trans_a else A.shape[1]
-        N = B.shape[0] if trans_b else B.shape[1]
+        M = A.shape[1] if TA else A.shape[0]
+        K = A.shape[0] if TA else A.shape[1]
+        N = B.shape[0] if TB else B.shape[1]
         k_begin = cuda.blockIdx.z * k_len
         k_end = min(K, k_begin + k_len)
         for r in range(RM):
@@ -181,24 +193,24 @@ def _matmul_kernel(acc_dtype: np.dtype, tile: Tile):
         for k0 in range(k_begin, k_end, BK):
             for l in range(LOADS_A):  # slab of op(A): BM rows x BK, coalesced along memory
                 e = tid + l * NT
-                if trans_a:  # A is K x M: consecutive threads read consecutive i
+                if TA:  # A is K x M: consecutive threads read consecutive i
                     r, kk = e % BM, e // BM
                 else:  # A is M x K: consecutive threads read consecutive k
                     r, kk = e // BK, e % BK
                 i, k = i0 + r, k0 + kk
                 if i < M and k < k_end:
-                    sA[kk, r] = t(A[k, i]) if trans_a else t(A[i, k])
+                    sA[kk, r] = t(A[k, i]) if TA else t(A[i, k])
                 else:
                     sA[kk, r] = 0
             for l in range(LOADS_B):  # slab of op(B): BK x BN columns
                 e = tid + l * NT
-                if trans_b:  # B is N x K
+                if TB:  # B is N x K
                     kk, c = e % BK, e // BK
                 else:  # B is K x N
                     kk, c = e // BN, e % BN
                 j, k = j0 + c, k0 + kk
                 if j < N and k < k_end:
-                    sB[kk, c] = t(B[j, k]) if trans_b else t(B[k, j])
+                    sB[kk, c] = t(B[j, k]) if TB else t(B[k, j])
                 else:
                     sB[kk, c] = 0
             cuda.syncthreads()
@@ -385,19 +397,39 @@ def _n_sm() -> int:
 
 
 def _splits(M: int, N: int, K: int, tile: Tile) -> int:
-    """How many K-splits: enough blocks for two per SM, each split >= 4 slabs of BK."""
+    """How many K-splits: none when the tiles fill every SM, else enough for two blocks per
+    SM, each split still >= 4 slabs of BK."""
     tiles = math.ceil(M / tile.BM) * math.ceil(N / tile.BN)
+    if tiles >= _n_sm():
+        return 1
     want = math.ceil(2 * _n_sm() / tiles)
     return max(1, min(want, K // (_MIN_SLABS_PER_SPLIT * tile.BK)))
 
 
 _NO_BIAS: dict = {}
+_WORKSPACE: dict = {}
+
+
+def _workspace(shape, dtype):
+    """A device buffer for split-K partials, reused across calls (kernels on one stream run in
+    order, so the reduce has read it before the next product writes it): no allocation a call."""
+    key = (np.dtype(dtype), _device_id())
+    size = int(np.prod(shape))
+    buf = _WORKSPACE.get(key)
+    if buf is None or buf.size < size:
+        buf = _WORKSPACE[key] = cuda.device_array(max(size, 1 << 16), dtype=dtype)
+    return buf[:size].reshape(shape)
+
+
+def _device_id() -> int:
+    return 0 if _SIM else cuda.get_current_device().id
 
 
 def _no_bias(dtype):
-    if dtype not in _NO_BIAS:
-        _NO_BIAS[dtype] = cuda.to_device(np.zeros(1, dtype))
-    return _NO_BIAS[dtype]
+    key = (np.dtype(dtype), _device_id())
+    if key not in _NO_BIAS:
+        _NO_BIAS[key] = cuda.to_device(np.zeros(1, dtype))
+    return _NO_BIAS[key]
 
 
 def _matmul(A, B, trans_a, trans_b, out=None, *, bias=None, act=-1, dtype=None, splits=None,
@@ -421,12 +453,12 @@ def _matmul(A, B, trans_a, trans_b, out=None, *, bias=None, act=-1, dtype=None, 
     k_len = math.ceil(math.ceil(K / splits) / tile.BK) * tile.BK  # whole slabs per split
     splits = math.ceil(K / k_len)
     blocks = (math.ceil(N / tile.BN), math.ceil(M / tile.BM), splits)
-    kernel = _matmul_kernel(acc, tile)
+    kernel = _matmul_kernel(acc, tile, bool(trans_a), bool(trans_b))
     if splits == 1:
-        kernel[blocks, tile.threads](A, B, out, bias, act, trans_a, trans_b, k_len)
+        kernel[blocks, tile.threads](A, B, out, bias, act, k_len)
         return out
-    partial = cuda.device_array((splits * M, N), dtype=acc)
-    kernel[blocks, tile.threads](A, B, partial, bias, -1, trans_a, trans_b, k_len)
+    partial = _workspace((splits * M, N), acc)
+    kernel[blocks, tile.threads](A, B, partial, bias, -1, k_len)
     g_blocks, g_threads = _grid2(M, N)
     _compile(acc).splitk_reduce[g_blocks, g_threads](partial, splits, out, bias, act)
     return out
