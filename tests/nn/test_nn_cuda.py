@@ -39,3 +39,19 @@ def test_device_selection_without_a_gpu():
     assert MLP([3, 2], device="auto").device == "cpu"
     with pytest.raises(ValueError, match="device='cuda' but numba finds no usable CUDA GPU"):
         MLP([3, 2], device="cuda")
+
+
+def test_mixed_precision_device_without_a_gpu():
+    from numba import cuda
+
+    from coursekit.nn.mixed_precision import MixedPrecision
+
+    if cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    model = MLP([3, 2])
+    assert MixedPrecision(model, "fp16", device="auto").device == "cpu"
+    assert MixedPrecision(model, "fp16").device == "cpu"  # the emulation stays the default
+    with pytest.raises(ValueError, match="device='cuda' but numba finds no usable CUDA GPU"):
+        MixedPrecision(model, "fp16", device="cuda")
+    with pytest.raises(ValueError, match="fmt='bf16' cannot run on device='cuda'"):
+        MixedPrecision(model, "bf16", device="cuda")

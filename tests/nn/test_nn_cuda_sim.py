@@ -1,7 +1,12 @@
-"""numba.cuda kernels vs the CPU kernels, under NUMBA_ENABLE_CUDASIM=1 (run by test_nn_cuda.py).
+"""numba.cuda kernels vs NumPy and the CPU kernels, under NUMBA_ENABLE_CUDASIM=1 (run by
+test_nn_cuda.py).
 
 The simulator runs every GPU thread as a Python thread, so the cases are small; the
-tile is 4 x 4 there, so these shapes still cross several tiles and partial edges.
+matrix product's tile is 8 x 8 there (4 x 4 threads of 2 x 2, slabs of K of 4) and the
+simulated GPU has 8 SMs, so these shapes still cross several tiles, partial edges and
+split-K. Tolerances: float64 1e-12 relative (only the summation order differs), float32
+1e-5 (idem, in float32), fp16 against the CPU emulation: the same 16-bit values except
+where a different float32 summation order flips one rounding (see each test).
 """
 
 import os
@@ -14,17 +19,59 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
                 allow_module_level=True)
 
 from coursekit.nn import MLP, kernels_cuda, reference  # noqa: E402
+from coursekit.nn.mixed_precision import LossScaler, MixedPrecision  # noqa: E402
+
+cuda = kernels_cuda.cuda
+TILE = kernels_cuda.TILE
+ACTS = {0: lambda z: z, 1: lambda z: np.maximum(z, 0), 2: lambda z: 1 / (1 + np.exp(-z)),
+        3: np.tanh}
+
+
+def _operands(rng, m, k, n, trans_a, trans_b, dtype=np.float64):
+    A = rng.standard_normal((k, m) if trans_a else (m, k)).astype(dtype)
+    B = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
+    return A, B
 
 
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False), (True, True)])
 def test_tiled_matmul_matches_numpy(trans_a, trans_b):
     rng = np.random.default_rng(0)
-    m, k, n = 5, 9, 6  # not multiples of the 4 x 4 tile
-    A = rng.standard_normal((k, m) if trans_a else (m, k))
-    B = rng.standard_normal((n, k) if trans_b else (k, n))
+    m, k, n = 11, 13, 10  # more than one 8 x 8 tile each way, none a multiple; 4 slabs of K
+    assert m > TILE.BM and n > TILE.BN and k > 2 * TILE.BK and m % TILE.BM and n % TILE.BN
+    A, B = _operands(rng, m, k, n, trans_a, trans_b)
     want = (A.T if trans_a else A) @ (B.T if trans_b else B)
-    got = kernels_cuda._matmul(kernels_cuda.cuda.to_device(A), kernels_cuda.cuda.to_device(B), trans_a, trans_b)
-    np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-12)
+    for splits in (1, 2):  # one pass over K, and split-K (partials, then the reduce kernel)
+        got = kernels_cuda._matmul(cuda.to_device(A), cuda.to_device(B), trans_a, trans_b,
+                                   splits=splits)
+        np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("act", [1, 2, 3])
+def test_matmul_epilogue_adds_the_bias_and_applies_the_activation(act):
+    rng = np.random.default_rng(act)
+    A, B = _operands(rng, 10, 13, 9, False, False)
+    b = rng.standard_normal(9)
+    want = ACTS[act](A @ B + b)
+    for splits in (1, 3):  # fused in the product's store, or in the split-K reduce
+        got = kernels_cuda._matmul(cuda.to_device(A), cuda.to_device(B), False, False,
+                                   bias=cuda.to_device(b), act=act, splits=splits)
+        np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_matmul_stores_float16_but_accumulates_in_float32():
+    k = 3 * TILE.BK + 1
+    A = np.full((1, k), 2.0**-11, np.float16)
+    A[0, 0] = 1  # 1 + 2^-11 ties to even back to 1 in fp16: an fp16 accumulator stays at 1
+    B = np.ones((k, 1), np.float16)
+    got = kernels_cuda._matmul(cuda.to_device(A), cuda.to_device(B), False, False, splits=1)
+    assert got.dtype == np.float16
+    assert got.copy_to_host()[0, 0] == np.float16(1 + (k - 1) * 2.0**-11) != 1
+    rng = np.random.default_rng(3)
+    A, B = _operands(rng, 11, 13, 10, True, False, np.float16)
+    got = kernels_cuda._matmul(cuda.to_device(A), cuda.to_device(B), True, False).copy_to_host()
+    want = (A.T.astype(np.float32) @ B.astype(np.float32)).astype(np.float16)
+    # float32 sums in another order: at most one fp16 rounding apart
+    assert np.all(np.abs(got.astype(np.float32) - want) <= np.spacing(np.abs(want)))
 
 
 @pytest.mark.parametrize(
@@ -32,18 +79,65 @@ def test_tiled_matmul_matches_numpy(trans_a, trans_b):
     [("relu", "softmax_xent", np.float32), ("sigmoid", "mse", np.float64), ("tanh", "softmax_xent", np.float64)],
 )
 def test_loss_and_grad_and_forward_match_cpu(activation, loss, dtype):
-    sizes = (7, 9, 5, 3)
+    sizes = (17, 10, 3)  # 9 x 17 @ 17 x 10 spans 2 x 2 tiles of 8 x 8, 5 slabs of K
     cpu = MLP(sizes, activation, loss, dtype=dtype, seed=2)
     gpu = MLP(sizes, activation, loss, dtype=dtype, seed=2, device="cuda")
     assert gpu.device == "cuda"
     rng = np.random.default_rng(1)
-    X, y = rng.standard_normal((6, 7)), rng.integers(0, 3, 6)
+    X, y = rng.standard_normal((9, 17)), rng.integers(0, 3, 9)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     l_cpu, g_cpu = cpu.loss_and_grad(X, y)
     l_gpu, g_gpu = gpu.loss_and_grad(X, y)
     assert l_gpu == pytest.approx(l_cpu, rel=tol)
     np.testing.assert_allclose(g_gpu, g_cpu, rtol=tol * 10, atol=tol)
     np.testing.assert_allclose(gpu.forward(X), cpu.forward(X), rtol=tol * 10, atol=tol)
+
+
+@pytest.mark.parametrize("activation, loss", [("relu", "softmax_xent"), ("tanh", "mse")])
+def test_fp16_step_on_the_gpu_matches_the_cpu_emulation(activation, loss):
+    model = MLP((17, 10, 3), activation, loss, seed=2)
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((9, 17)), rng.integers(0, 3, 9)
+    cpu = MixedPrecision(model.copy(), "fp16", scaler=LossScaler(2.0**10))
+    gpu = MixedPrecision(model.copy(), "fp16", scaler=LossScaler(2.0**10), device="cuda")
+    assert (cpu.device, gpu.device) == ("cpu", "cuda")
+    (l_cpu, g_cpu), (l_gpu, g_gpu) = cpu.loss_and_grad(X, y), gpu.loss_and_grad(X, y)
+    assert l_gpu == pytest.approx(l_cpu, rel=1e-6)  # the loss is computed in fp32 on both
+    # the 16-bit gradients: the same values but where float32 sums in another order flip a
+    # rounding (none in this case so far; allow 2 %), and then one fp16 step apart
+    assert gpu.grad16.dtype == np.float16
+    assert np.mean(gpu.grad16 == cpu.grad16) >= 0.98
+    g16c, g16g = cpu.grad16.astype(np.float32), gpu.grad16.astype(np.float32)
+    assert np.all(np.abs(g16g - g16c) <= np.spacing(np.abs(cpu.grad16)).astype(np.float32))
+    np.testing.assert_allclose(g_gpu, g_cpu, rtol=2.0**-10, atol=2.0**-10 * np.abs(g_cpu).max())
+    assert gpu.peak == pytest.approx(cpu.peak, rel=2.0**-10)  # after vs before one rounding
+    assert [a.shape for a in gpu.activations] == [a.shape for a in cpu.activations]
+    assert gpu.memory() == cpu.memory()
+    np.testing.assert_allclose(gpu.forward(X), cpu.forward(X), rtol=2.0**-10, atol=2.0**-10)
+
+
+def test_fp16_on_the_gpu_overflows_and_skips_like_the_emulation():
+    model = MLP((17, 10, 3), "relu", seed=2)
+    rng = np.random.default_rng(1)
+    X, y = rng.standard_normal((9, 17)), rng.integers(0, 3, 9)
+    mps = [MixedPrecision(model.copy(), "fp16", scaler=LossScaler(2.0**24), device=d)
+           for d in ("cpu", "cuda")]
+    for mp in mps:
+        mp.step(X, y)
+        assert mp.scaler.skipped.tolist() == [True] and mp.scaler.scale == 2.0**23
+        assert mp.peak == np.inf
+        np.testing.assert_array_equal(mp.model.params, model.params)  # not updated
+
+
+def test_mixed_precision_device_choices():
+    model = MLP((3, 2), seed=0)
+    assert MixedPrecision(model, "fp16", device="auto").device == "cuda"  # a (simulated) GPU
+    assert MixedPrecision(model, "fp32", device="cuda").device == "cuda"
+    assert MixedPrecision(model, "bf16", device="auto").device == "cpu"  # runs only emulated
+    with pytest.raises(ValueError, match="fmt='bf16' cannot run on device='cuda'"):
+        MixedPrecision(model, "bf16", device="cuda")
+    with pytest.raises(ValueError, match="device='gpu' is not supported"):
+        MixedPrecision(model, "fp16", device="gpu")
 
 
 def test_single_layer_on_the_gpu_matches_reference():
@@ -61,8 +155,6 @@ def test_single_layer_on_the_gpu_matches_reference():
 
 
 def test_an_engine_binds_the_gpu_of_its_local_rank(monkeypatch):
-    from numba import cuda
-
     from coursekit import cluster
 
     kernels_cuda.bind_engine_gpu.cache_clear()
