@@ -1,9 +1,11 @@
 """Data parallel (chapter 3) and compression (chapter 6) with device="cuda" == "cpu", in
-numba's CUDA simulator (run by test_data_parallel_device.py in its own process).
+numba's CUDA simulator (run by test_data_parallel_device.py in its own process), or on a
+real GPU where numba finds one (then in the main run too).
 
 Two ThreadComm ranks share the simulator, which runs one kernel at a time: kernels_cuda
-makes their launches take turns there. Sizes are tiny: the simulator runs every GPU thread
-as a Python thread (~0.3 s a step here).
+makes their launches take turns there (so a simulated rank's "stage" time includes waiting
+for the other's kernels). Sizes are tiny: the simulator runs every GPU thread as a Python
+thread (~0.3 s a step here).
 """
 
 import os
@@ -12,8 +14,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    pytest.skip("runs in its own process with NUMBA_ENABLE_CUDASIM=1 "
+
+def _gpu_or_simulator() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return True
+    from numba import cuda
+
+    return cuda.is_available()
+
+
+if not _gpu_or_simulator():
+    pytest.skip("needs a GPU, or its own process with NUMBA_ENABLE_CUDASIM=1 "
                 "(see test_data_parallel_device.py)", allow_module_level=True)
 
 from coursekit.cluster.runner import LocalRunner  # noqa: E402
