@@ -114,7 +114,8 @@ def plot_straggler(sweep, fig=None):
 
 def plot_scaling(s, fig=None):
     """Step time split into compute, staging (GPU runs) and communication (stacked bars,
-    the model's step as a diamond) and the weak-scaling efficiency T1/TN against the cost model's."""
+    the model's step as a diamond) and the weak-scaling efficiency T1/TN against the cost
+    model's."""
     fig = _figure(fig, 10, 3.4)
     ax_t, ax_e = fig.subplots(1, 2)
     x = np.arange(len(s.workers))
