@@ -73,3 +73,28 @@ def test_an_engine_binds_the_gpu_of_its_local_rank(monkeypatch):
     assert MLP([3, 2], device="cuda").device == "cuda"
     assert kernels_cuda.bind_engine_gpu() == 3 % len(cuda.gpus)
     kernels_cuda.bind_engine_gpu.cache_clear()
+
+
+def test_a_timed_gpu_step_is_staged_computed_and_staged_back_with_the_same_result():
+    from contextlib import contextmanager
+
+    parts = []
+
+    @contextmanager
+    def timer(part):
+        parts.append(part)
+        yield
+
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((5, 4)), rng.integers(0, 3, 5)
+    gpu = MLP((4, 6, 3), dtype=np.float64, seed=1, device="cuda")
+    want_loss, want_grad = gpu.loss_and_grad(X, y)
+    grad = np.empty_like(gpu.params)
+    loss, out = gpu.loss_and_grad(X, y, out=grad, timer=timer)
+    assert parts == ["stage", "compute", "stage"] and out is grad
+    assert loss == want_loss and np.array_equal(grad, want_grad)
+    cpu_loss, cpu_grad = MLP((4, 6, 3), dtype=np.float64, seed=1).loss_and_grad(X, y)
+    np.testing.assert_allclose(grad, cpu_grad, rtol=1e-12, atol=1e-14)
+    parts.clear()
+    MLP((4, 6, 3), seed=1).loss_and_grad(X, y, timer=timer)
+    assert parts == ["compute"]  # nothing to stage on the CPU
