@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,8 +98,9 @@ def run_step(name: str, cmd: list[str], log, *, env: dict | None = None, timeout
     log.write(header)
     t0 = time.perf_counter()
     try:
+        # its own process group, so that a step past its time ends with its cluster's engines
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     except OSError as e:
         rc = f"{type(e).__name__}: {e}"
     else:
@@ -112,7 +114,10 @@ def run_step(name: str, cmd: list[str], log, *, env: dict | None = None, timeout
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             proc.wait()
             rc = f"timeout after {timeout:g} s"
         reader.join(timeout=10)

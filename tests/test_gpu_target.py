@@ -209,3 +209,13 @@ def test_gpu_env_installs_coursekit_without_its_dependencies_first(capsys):
     assert gpu_env.main(["--dry-run"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
     assert lines[0].endswith("-m pip install --no-deps -e .")
+
+
+def test_a_step_past_its_time_is_ended_and_reported(tmp_path):
+    with open(tmp_path / "log", "w") as log:
+        step = gpu_report.run_step("sleepy", [sys.executable, "-c", "print('up', flush=True); "
+                                              "import time; time.sleep(60)"], log, timeout=2)
+        fine = gpu_report.run_step("fine", [sys.executable, "-c", "print('ok')"], log, timeout=30)
+    assert step["returncode"] == "timeout after 2 s" and not step["ok"] and step["seconds"] < 20
+    assert fine["returncode"] == 0 and fine["ok"]
+    assert "===== sleepy" in (tmp_path / "log").read_text() and "up\n" in (tmp_path / "log").read_text()
