@@ -2,6 +2,9 @@
 
 The simulator runs every GPU thread as a Python thread, so the cases are small; the
 tile is 4 x 4 there, so these shapes still cross several tiles and partial edges.
+
+``COURSEKIT_CUDA_TESTS=device`` runs the same equality tests on a real GPU instead
+(``make test-gpu``); there a machine without a usable GPU fails them instead of skipping.
 """
 
 import os
@@ -9,9 +12,19 @@ import os
 import numpy as np
 import pytest
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    pytest.skip("runs in its own process with NUMBA_ENABLE_CUDASIM=1 (see test_nn_cuda.py)",
-                allow_module_level=True)
+ON_DEVICE = os.environ.get("COURSEKIT_CUDA_TESTS") == "device"
+if ON_DEVICE:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.fail("COURSEKIT_CUDA_TESTS=device runs these tests on a real GPU: unset "
+                    "NUMBA_ENABLE_CUDASIM", pytrace=False)
+    from numba import cuda as _cuda
+
+    if not _cuda.is_available():
+        pytest.fail("COURSEKIT_CUDA_TESTS=device but numba finds no usable CUDA GPU "
+                    "(make test runs these tests in the simulator)", pytrace=False)
+elif os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    pytest.skip("runs in its own process with NUMBA_ENABLE_CUDASIM=1 (see test_nn_cuda.py), "
+                "or on a GPU with COURSEKIT_CUDA_TESTS=device", allow_module_level=True)
 
 from coursekit.nn import MLP, kernels_cuda, reference  # noqa: E402
 
