@@ -24,7 +24,8 @@ import numpy as np
 from coursekit import checks
 from coursekit.nn import activations, kernels_cpu, layout
 
-__all__ = ["DEVICES", "LOSSES", "MLP", "Layer", "check_device", "check_dtype", "resolve_device"]
+__all__ = ["DEVICES", "LOSSES", "MLP", "Layer", "check_device", "check_dtype", "device_name",
+           "resolve_device"]
 
 LOSSES = ("softmax_xent", "mse")
 DEVICES = ("cpu", "cuda", "auto")
@@ -64,6 +65,18 @@ def resolve_device(device: str) -> str:
         "device='cuda' but numba finds no usable CUDA GPU; use device='cpu' or device='auto' "
         "(or set NUMBA_ENABLE_CUDASIM=1 before importing numba to run the kernels in the simulator)"
     )
+
+
+def device_name(device: str) -> str:
+    """Where a model built for the resolved ``device`` computes, as this thread sees it:
+    "cpu", or "cuda:<id>" with the id of the GPU numba's current context is on (the one
+    :func:`~coursekit.nn.kernels_cuda.bind_engine_gpu` chose on an engine)."""
+    if device == "cpu":
+        return "cpu"
+    from numba import cuda
+
+    context = cuda.current_context()  # the simulator's context has the id, a real one its device
+    return f"cuda:{getattr(context.device, 'id', getattr(context, 'id', 0))}"
 
 
 def check_dtype(dtype) -> np.dtype:
@@ -197,6 +210,12 @@ class MLP:
     @property
     def n_params(self) -> int:
         return self._params.size
+
+    @property
+    def device_name(self) -> str:
+        """"cpu" or "cuda:<id>": where this model computes in the calling thread
+        (:func:`device_name`); the results of the training chapters report it per rank."""
+        return device_name(self.device)
 
     @property
     def n_classes(self) -> int:
