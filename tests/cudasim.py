@@ -26,3 +26,13 @@ def run_in_simulator(test_file: Path, timeout: float = 240) -> str:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
     return proc.stdout
+
+
+def gpu_or_simulator() -> bool:
+    """Whether numba.cuda runs here: the simulator is on, or numba finds a usable GPU (a
+    ``*_cuda_sim.py`` module that also runs on hardware skips itself otherwise)."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return True
+    from numba import cuda
+
+    return cuda.is_available()

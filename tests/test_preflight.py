@@ -2,7 +2,7 @@
 
 Not checked here: engines on several hosts and real GPUs (this machine has neither); the
 GPU check is exercised by asking for GPUs the local engines do not have, the GPU probe's
-kernel in numba's simulator (tests/parallel/test_gpu_sim.py).
+kernel in numba's simulator (tests/parallel/test_model_parallel_cuda_sim.py).
 """
 
 import glob

@@ -1,14 +1,14 @@
 """Chapters 4, 5 and 8 with ``device="cuda"`` equal ``device="cpu"``, in numba's CUDA simulator.
 
 Run by ``tests/parallel/test_device_switch.py`` in its own pytest process with
-``NUMBA_ENABLE_CUDASIM=1`` (as ``tests/nn/test_nn_cuda_sim.py``). The simulator runs every
-GPU thread as a Python thread, and it cannot run launches from several threads at once
-(it swaps the kernels' module globals during a launch), so the MLP's CUDA backend runs
-one host call at a time there (``coursekit.nn.mlp._OneLaunchAtATime``): the ranks still
-run as ThreadComm threads, each launching its own kernels. Sizes are tiny: a kernel
-launch costs ~10 ms of Python per block here. All the ranks share the one simulated GPU,
-so every rank reports "cuda:0". On a machine with a GPU, ``COURSEKIT_GPU_TESTS=1`` (without
-the simulator) runs the same tests on it: ranks launching from several threads at once.
+``NUMBA_ENABLE_CUDASIM=1`` (:func:`cudasim.run_in_simulator`), or on a real GPU where numba
+finds one (then in the main run too, the ranks launching from several threads at once).
+The simulator cannot run launches from several threads at once (it swaps the kernels'
+module globals during a launch: without the turns the PS run failed with
+"'FakeCUDAModule' object has no attribute 'to_device'"), so kernels_cuda makes them take
+turns there; the ranks still run as ThreadComm threads, each launching its own kernels.
+Sizes are tiny: the simulator runs every GPU thread as a Python thread. All the ranks share
+the one GPU, so every rank reports "cuda:0".
 """
 
 import os
@@ -16,11 +16,12 @@ import os
 import numpy as np
 import pytest
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and os.environ.get("COURSEKIT_GPU_TESTS") != "1":
-    pytest.skip("runs in its own process with NUMBA_ENABLE_CUDASIM=1 (see test_device_switch.py)",
-                allow_module_level=True)
-
 import numba  # noqa: E402
+from cudasim import gpu_or_simulator  # noqa: E402
+
+if not gpu_or_simulator():
+    pytest.skip("needs a GPU, or its own process with NUMBA_ENABLE_CUDASIM=1 "
+                "(see test_device_switch.py)", allow_module_level=True)
 
 from coursekit.cluster.gpu_probe import probe  # noqa: E402
 from coursekit.cluster.preflight import engine_facts, gpu_kernel_check  # noqa: E402
