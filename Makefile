@@ -55,7 +55,7 @@ test-fast: $(STAMP)
 GPU_PYTHON ?=
 GPU_EXTRA  ?= gpu
 GPU_REPORT ?= artifacts/gpu
-GPU_TESTS  ?= tests/nn/test_nn_cuda_sim.py
+GPU_TESTS  ?= tests/nn/test_nn_cuda_sim.py tests/parallel/data_parallel/test_data_parallel_cuda_sim.py tests/parallel/test_model_parallel_cuda_sim.py
 GPU_ARGS   ?=
 NO_GPU_MESSAGE := no NVIDIA GPU visible: make test-gpu measures on a GPU; make test checks the GPU code in numba's simulator
 

@@ -54,12 +54,12 @@ def installed(name: str) -> str | None:
 
 
 def satisfied(req: str) -> bool:
-    """Whether requirement ``req`` ("name>=x.y", extras ignored) is met by what is installed."""
+    """Whether requirement ``req`` ("name>=x.y", "name<x.y", extras ignored) is met by what
+    is installed (an upper bound too: the gpu extra caps NumPy)."""
+    from packaging.requirements import Requirement
+
     version = installed(_name(req))
-    if version is None:
-        return False
-    m = re.search(r">=\s*([\w.]+)", req)
-    return m is None or _version_tuple(version) >= _version_tuple(m.group(1))
+    return version is not None and Requirement(req).specifier.contains(version, prereleases=True)
 
 
 def any_cupy() -> str | None:

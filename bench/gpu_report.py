@@ -33,7 +33,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_TESTS = ["tests/nn/test_nn_cuda_sim.py"]
+DEFAULT_TESTS = ["tests/nn/test_nn_cuda_sim.py", "tests/parallel/data_parallel/test_data_parallel_cuda_sim.py",
+                 "tests/parallel/test_model_parallel_cuda_sim.py"]
 PACKAGES = ("numpy", "numba", "numba-cuda", "llvmlite", "cupy-cuda12x", "cupy-cuda13x", "cupy",
             "ipyparallel", "pyzmq", "torch")
 NO_GPU = ("no NVIDIA GPU visible: make test-gpu measures on a GPU; "

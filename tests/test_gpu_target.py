@@ -203,6 +203,7 @@ def test_the_gpu_python_gets_only_what_it_lacks(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no extra 'gpu-cu13'; allowed: gpu"):
         gpu_env.missing("gpu-cu13", pyproject)
     assert gpu_env.satisfied("numpy>=1.0") and not gpu_env.satisfied("numpy>=999")
+    assert gpu_env.satisfied("numpy<999") and not gpu_env.satisfied("numpy<1.0")
 
 
 def test_gpu_env_installs_coursekit_without_its_dependencies_first(capsys):

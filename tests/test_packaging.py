@@ -32,12 +32,14 @@ def pip_requirements() -> dict[str, str]:
 
 
 def test_the_gpu_extras_offer_one_cupy_and_numba_cuda_for_cuda_12_and_13():
+    """... and a NumPy below 2.5, where numba-cuda still compiles (NVIDIA/numba-cuda#907)."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert set(extras) >= GPU_EXTRAS
     for extra, cuda in (("gpu", "12"), ("gpu-cu13", "13")):
-        names = [r.split("[")[0].split(">")[0] for r in extras[extra]]
-        assert sorted(names) == ["cupy-cuda" + cuda + "x", "numba-cuda"], extras[extra]
+        names = [split(r.split("[")[0])[0] for r in extras[extra]]
+        assert sorted(names) == ["cupy-cuda" + cuda + "x", "numba-cuda", "numpy"], extras[extra]
         assert any(r.startswith(f"numba-cuda[cu{cuda}]") for r in extras[extra])
+        assert "numpy<2.5" in extras[extra]
 
 
 def conda_requirements() -> dict[str, str]:
