@@ -139,7 +139,7 @@ def measure(runner, net: Net, device: str, steps: int, *, warmup: int = 3, data=
     row = {"net": net.name, "sizes": list(net.sizes), "batch_size": net.batch_size,
            "device": device, **breakdown(result)}
     ran_on = getattr(result, "devices", None)  # where each rank computed, when recorded
-    if ran_on is not None and any(d != device for d in ran_on):
+    if ran_on is not None and any(d.split(":")[0] != device for d in ran_on):
         raise RuntimeError(f"asked for device={device!r} but the ranks computed on {ran_on}")
     if device != "cpu" and row["stage_spans"] == 0:
         raise RuntimeError(f"the {device} run of {net.name} recorded no 'stage' span: the "

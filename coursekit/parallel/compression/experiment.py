@@ -95,7 +95,7 @@ class CompressionResult:
     (chapter 3's convention; reading data and evaluating excluded); ``exchange_seconds``:
     of it, the slowest rank's time inside :func:`exchange` (compress, communicate,
     decompress); ``params``: the final parameters of every rank (they must all be equal);
-    ``devices``: where each rank computed ("cpu" or "cuda").
+    ``devices``: where each rank computed ("cpu" or "cuda:<id>").
     """
 
     config: CompressionConfig

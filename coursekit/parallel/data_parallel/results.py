@@ -92,7 +92,7 @@ class DPResult:
     eval_steps: np.ndarray
     test_accuracy: np.ndarray
     hook_logs: list  # per rank: the gradient_sum hook's ``log`` (None without a hook)
-    devices: list    # per rank: "cpu" or "cuda"
+    devices: list    # per rank: "cpu" or "cuda:<id>" (MLP.device_name)
     stage_s: np.ndarray | None = None
 
     def _stage_or_zeros(self) -> np.ndarray:

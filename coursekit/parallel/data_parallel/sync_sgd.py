@@ -176,7 +176,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     ev = np.array(evals, dtype=float).reshape(-1, 2)
     return RankResult(rank, start, mlp.params.copy(), loss, weight, lr, step_s, compute_s, io_s,
                       list(kept_spans), trace, ev[:, 0].astype(int), ev[:, 1], exchange.hook_log,
-                      device=mlp.device, stage_s=stage_s)
+                      device=mlp.device_name, stage_s=stage_s)
 
 
 def _velocity(opt) -> np.ndarray:

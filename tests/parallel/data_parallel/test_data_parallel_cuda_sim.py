@@ -48,7 +48,7 @@ def test_sync_data_parallel_on_the_gpu_gives_the_cpu_parameters_and_stage_spans(
                    lr=0.5, momentum=0.9, seed=5, timeline_steps=STEPS, publish_interval=0.0)
     cpu = train(RANKS, cfg, (X, Y), (X[:6], Y[:6]))
     gpu = train(RANKS, replace(cfg, device="cuda"), (X, Y), (X[:6], Y[:6]))
-    assert cpu.devices == ["cpu", "cpu"] and gpu.devices == ["cuda", "cuda"]
+    assert cpu.devices == ["cpu", "cpu"] and gpu.devices == ["cuda:0", "cuda:0"]
     assert not np.allclose(gpu.params, _initial(cfg))  # it trained
     np.testing.assert_allclose(gpu.params, cpu.params, **TOLERANCE[dtype])
     np.testing.assert_allclose(gpu.loss, cpu.loss, **TOLERANCE[dtype])
@@ -76,7 +76,7 @@ def test_compressed_training_on_the_gpu_equals_the_cpu():
     cfg = CompressionConfig("topk", 0.5, True, epochs=1, batch_size=2, lr=0.5, hidden=5, seed=1)
     cpu = train_compressed(RANKS, cfg, data)
     gpu = train_compressed(RANKS, replace(cfg, device="cuda"), data)
-    assert cpu.devices == ["cpu", "cpu"] and gpu.devices == ["cuda", "cuda"]
+    assert cpu.devices == ["cpu", "cpu"] and gpu.devices == ["cuda:0", "cuda:0"]
     for got, want in zip(gpu.params, cpu.params):
         np.testing.assert_allclose(got, want, **TOLERANCE["float32"])  # chapter 6 is float32
     np.testing.assert_array_equal(gpu.wire_bytes, cpu.wire_bytes)
