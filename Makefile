@@ -1,6 +1,7 @@
 # coursekit: `make lab` starts the course, `make test` runs every test,
-# `make test-fast` the unit tests alone (no cluster, MPI, browser, notebook or slow test).
-# Both create the virtual environment .venv (Python 3.11+) on first use.
+# `make test-fast` the unit tests alone (no cluster, MPI, browser, notebook or slow test),
+# `make test-gpu` the GPU tests and benches on a machine with an NVIDIA GPU (README "On GPUs").
+# They create the virtual environment .venv (Python 3.11+) on first use.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -16,7 +17,7 @@ PYTEST_ARGS ?=
 LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install class-env lab test test-fast test-clusters notebooks exercises bench lock clean
+.PHONY: install class-env lab test test-fast test-gpu gpu-check test-clusters notebooks exercises bench lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -43,6 +44,32 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/clusters -m "not cluster and not mpi and not ui and not slow" \
 		$(PYTEST_ARGS)
+
+# On a machine with an NVIDIA GPU and driver: the CUDA tests on the hardware (the simulator's
+# equality tests, COURSEKIT_CUDA_TESTS=device), bench/bench_gpu_kernels.py and
+# bench/bench_gpu_training.py; every figure into $(GPU_REPORT)/gpu.json and gpu.md
+# (bench/gpu_report.py). It installs .venv with the test and $(GPU_EXTRA) extras (gpu: CUDA
+# 12 wheels, for any CUDA 12 or 13 driver; gpu-cu13: CUDA 13 wheels, driver 580+), or with
+# GPU_PYTHON=python3 uses that Python, adding only what it lacks (bench/gpu_env.py; offline:
+# PIP_NO_INDEX=1 PIP_FIND_LINKS=$$PWD/.whl, bench/GPU_RUN.md). Without a GPU it stops at once.
+GPU_PYTHON ?=
+GPU_EXTRA  ?= gpu
+GPU_REPORT ?= artifacts/gpu
+GPU_TESTS  ?= tests/nn/test_nn_cuda_sim.py tests/parallel/data_parallel/test_data_parallel_cuda_sim.py tests/parallel/test_model_parallel_cuda_sim.py
+GPU_ARGS   ?=
+NO_GPU_MESSAGE := no NVIDIA GPU visible: make test-gpu measures on a GPU; make test checks the GPU code in numba's simulator
+
+gpu-check:
+	@nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || { echo "$(NO_GPU_MESSAGE)" >&2; exit 1; }
+
+test-gpu: gpu-check
+ifeq ($(strip $(GPU_PYTHON)),)
+	$(MAKE) install EXTRAS=test,$(GPU_EXTRA)
+	$(BIN)/python bench/gpu_report.py --report $(GPU_REPORT) --tests $(GPU_TESTS) $(GPU_ARGS)
+else
+	$(GPU_PYTHON) bench/gpu_env.py --extra $(GPU_EXTRA)
+	$(GPU_PYTHON) bench/gpu_report.py --report $(GPU_REPORT) --tests $(GPU_TESTS) $(GPU_ARGS)
+endif
 
 class-env: $(CLASS_STAMP)
 

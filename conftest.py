@@ -32,9 +32,12 @@ os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiet debugpy in
 os.environ["COURSEKIT_STRICT_FIGURES"] = "1"
 
 
-# numba's CUDA simulator must be on before numba.cuda is imported: tests/nn/test_nn_cuda.py
-# runs these tests in their own process with NUMBA_ENABLE_CUDASIM=1.
-collect_ignore = [] if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else ["tests/nn/test_nn_cuda_sim.py"]
+# numba's CUDA simulator must be on before numba.cuda is imported: a test beside each
+# tests/**/*_cuda_sim.py runs it in its own process with NUMBA_ENABLE_CUDASIM=1
+# (tests/cudasim.py); make test-gpu runs them on a real GPU with COURSEKIT_CUDA_TESTS=device.
+collect_ignore_glob = ([] if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+                       or os.environ.get("COURSEKIT_CUDA_TESTS") == "device"
+                       else ["tests/**/*_cuda_sim.py"])
 
 
 def pytest_addoption(parser):

@@ -213,23 +213,6 @@ def gemm_flops(gemms) -> float:
     return float(sum(2 * M * N * K for M, N, K, _, _ in gemms))
 
 
-def device_step(kc, d_params, d_grad, sizes, act, dX, dy, row_loss):
-    """The fp32 step's kernels on device arrays (as kernels_cuda._loss_and_grad, no staging)."""
-    n_layers = len(sizes) - 1
-    acts = [dX]
-    for layer in range(n_layers):
-        W, b = kc._d_views(d_params, sizes, layer)
-        acts.append(kc._d_layer_forward(W, b, acts[-1], act if layer < n_layers - 1 else 0))
-    G = acts[-1]
-    blocks, threads = kc._grid1(len(dX))
-    kc._kernels(G.dtype).softmax_xent[blocks, threads](G, dy, row_loss)
-    for layer in range(n_layers - 1, -1, -1):
-        W, _ = kc._d_views(d_params, sizes, layer)
-        dW, db = kc._d_views(d_grad, sizes, layer)
-        G = kc._d_layer_backward(W, acts[layer], acts[layer + 1], G,
-                                 act if layer < n_layers - 1 else 0, dW, db, layer > 0)
-
-
 def check() -> list[str]:
     """Correctness on the real GPU before any timing; returns the checks passed."""
     from numba import cuda
@@ -299,11 +282,9 @@ def measure(key: str, repeats: int, cp) -> dict:
     row["cpu_step_s"] = best_time(lambda: cpu.loss_and_grad(X, y, out=buf, validate=False),
                                   repeats=repeats)
     sizes_arr = np.asarray(sizes, np.int64)
-    d_params, d_grad = cuda.to_device(gpu.params), cuda.device_array(gpu.params.shape, np.float32)
-    dX, dy, row_loss = cuda.to_device(X), cuda.to_device(y), cuda.device_array(n, np.float64)
+    staged = kc.stage_in(gpu.params, X, y)  # kernels_cuda's own device-only part of a step
     row["gpu_device_only_s"] = event_time(
-        lambda: device_step(kc, d_params, d_grad, sizes_arr, gpu._act, dX, dy, row_loss),
-        repeats=repeats)
+        lambda: kc.compute(staged, "softmax_xent", sizes_arr, gpu._act), repeats=repeats)
     gemms = step_gemms(sizes, n)
     flops = gemm_flops(gemms)
     row["gemm_flops"] = flops

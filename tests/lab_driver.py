@@ -134,10 +134,29 @@ def wait_for_kernel_idle(page, timeout_ms: int) -> None:
     )
 
 
-def run_all_cells(page, timeout_ms: int = 120_000) -> None:
-    """Clear every output, run every cell, wait until none is queued or running."""
+def run_all_cells(page, timeout_ms: int = 120_000, attempts: int = 3) -> None:
+    """Clear every output, run every cell, wait until none is queued or running.
+
+    Run All Cells can be lost like Clear Outputs (seen once under load in CI: the notebook
+    stayed cleared and idle for 180 s). Once clicked, every cell's prompt turns to [*] or a
+    number at once, before the kernel runs anything; while none has, it is clicked again.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     clear_all_outputs(page)
-    menu(page, "Run", "Run All Cells")
+    for attempt in range(attempts):
+        menu(page, "Run", "Run All Cells")
+        try:
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.jp-InputArea-prompt')]
+                          .some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))""",
+                timeout=15_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == attempts - 1:
+                raise AssertionError(f"Run All Cells queued no cell in {attempts} tries; "
+                                     + describe_execution(page)) from None
+            page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.click()
     wait_until_executed(page, timeout_ms)
 
 
@@ -197,7 +216,10 @@ def describe_execution(page) -> str:
                 return `code cell ${i} ${prompt.textContent.trim()}: ${JSON.stringify(code)}`
                     + ` output ends ${JSON.stringify(out ? out.innerText.slice(-300) : '')}`;
             }).filter(x => x);
+            const prompts = document.querySelectorAll('.jp-InputArea-prompt').length;
+            const outputs = document.querySelectorAll('.jp-OutputArea-output').length;
             return `indicator ${status ? status.getAttribute('data-status') : 'missing'}; `
+                + `${prompts} prompt(s) and ${outputs} output(s) shown; `
                 + `${busy.length} cell(s) queued or running:\\n` + busy.join('\\n');
         }""")
 

@@ -12,6 +12,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 CONDA_TO_PIP = {"pytorch": "torch"}  # conda-forge names that differ from PyPI's
 NOT_PACKAGES = {"python", "pip"}
+# make test-gpu's extras: CUDA wheels for a machine with an NVIDIA GPU, neither in the
+# conda (Binder) environment nor in constraints.txt, which CPU machines lock
+GPU_EXTRAS = {"gpu", "gpu-cu13"}
 
 
 def split(requirement: str) -> tuple[str, str]:
@@ -23,8 +26,20 @@ def split(requirement: str) -> tuple[str, str]:
 
 def pip_requirements() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lists = [project["dependencies"], *project["optional-dependencies"].values()]
+    lists = [project["dependencies"], *(v for k, v in project["optional-dependencies"].items()
+                                        if k not in GPU_EXTRAS)]
     return dict(split(r) for group in lists for r in group)
+
+
+def test_the_gpu_extras_offer_one_cupy_and_numba_cuda_for_cuda_12_and_13():
+    """... and a NumPy below 2.5, where numba-cuda still compiles (NVIDIA/numba-cuda#907)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras) >= GPU_EXTRAS
+    for extra, cuda in (("gpu", "12"), ("gpu-cu13", "13")):
+        names = [split(r.split("[")[0])[0] for r in extras[extra]]
+        assert sorted(names) == ["cupy-cuda" + cuda + "x", "numba-cuda", "numpy"], extras[extra]
+        assert any(r.startswith(f"numba-cuda[cu{cuda}]") for r in extras[extra])
+        assert "numpy<2.5" in extras[extra]
 
 
 def conda_requirements() -> dict[str, str]:

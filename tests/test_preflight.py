@@ -1,7 +1,8 @@
 """Preflight against a real local cluster: what passes, what fails, and the fix-it lines.
 
 Not checked here: engines on several hosts and real GPUs (this machine has neither); the
-GPU check is exercised by asking for GPUs the local engines do not have.
+GPU check is exercised by asking for GPUs the local engines do not have, the GPU probe's
+kernel in numba's simulator (tests/parallel/test_model_parallel_cuda_sim.py).
 """
 
 import glob
@@ -43,6 +44,10 @@ def test_requirements_this_cluster_cannot_meet(local):
     assert set(failed) == {"controller", "nodes", "gpus", "mpi"}
     assert "controller_ip = '*'" in failed["controller"].fix
     assert "CUDA_VISIBLE_DEVICES" in failed["gpus"].fix
+    assert "2 engine(s) see fewer than the 1 GPU(s) asked for" in failed["gpus"].detail
+    assert "rank 0 on" in failed["gpus"].detail and ": 0 (no GPU (" in failed["gpus"].detail
+    assert "engine 0 (" in report.text() and "engine 1 (" in report.text()
+    assert "gpu kernel" not in {c.name for c in report.checks}  # no GPU: nothing to launch on
     assert "mpiexec" in failed["mpi"].fix
     assert "preflight FAILED" in report.text() and "fix:" in report.text()
 

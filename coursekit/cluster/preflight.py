@@ -3,11 +3,16 @@
 Attaches to the cluster (``--cluster`` as for :func:`coursekit.cluster.connect`, default
 ``$COURSEKIT_CLUSTER``), then reports engines, hosts, GPUs per engine, the Comm backend and
 alpha/beta measured between engines (ping-pong, rank 0 to a rank on the same host and, if
-there is one, on another host). It fails (exit status 1) with a fix-it message when:
+there is one, on another host). Per engine it says which GPU the training chapters will
+use (local rank % the GPUs numba sees, :mod:`coursekit.cluster.gpu_probe`) and whether numba
+compiled and ran a test kernel there, or why there is no GPU. It fails (exit status 1)
+with a fix-it message when:
 
 * the controller listens on loopback only but engines are expected on several nodes;
 * fewer hosts than ``--nodes`` have engines;
-* ``--gpus-per-engine N`` was asked for and some engine sees fewer GPUs (``nvidia-smi``);
+* ``--gpus-per-engine N`` was asked for and some engine sees fewer GPUs (numba's count, or
+  ``nvidia-smi``'s where numba sees fewer: a GPU numba cannot use still fails the next check);
+* an engine sees a GPU but the test kernel failed there (no driver for numba, wrong result ...): the error text is in the report;
 * ``--mpi`` was asked for and the engines are not MPI ranks or mpi4py / mpiexec is missing;
 * the engines cannot build a Comm (e.g. ZMQ bound to an interface other hosts cannot reach).
 """
@@ -24,8 +29,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from coursekit import checks
+from coursekit.cluster import gpu_probe
 
-__all__ = ["Check", "Report", "engine_facts", "main", "run_preflight"]
+__all__ = ["Check", "Report", "engine_facts", "gpu_kernel_check", "main", "run_preflight"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,8 @@ class Check:
 
 @dataclass
 class Report:
-    """What :func:`run_preflight` found. ``links``: name -> (alpha s, beta s/B)."""
+    """What :func:`run_preflight` found. ``links``: name -> (alpha s, beta s/B);
+    ``gpu``: each engine's :func:`coursekit.cluster.gpu_probe.probe` answer."""
 
     engines: int
     hosts: dict
@@ -47,6 +54,8 @@ class Report:
     controller: str
     links: dict = field(default_factory=dict)
     checks: list = field(default_factory=list)
+    gpu: list = field(default_factory=list)
+    engine_hosts: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -56,8 +65,10 @@ class Report:
         lines = [f"engines: {self.engines} on {len(self.hosts)} host(s): "
                  + ", ".join(f"{h} ({n})" for h, n in self.hosts.items()),
                  f"controller: {self.controller}",
-                 f"GPUs per engine: {self.gpus}",
-                 f"Comm backend: {self.backend}"]
+                 f"GPUs per engine: {self.gpus}"]
+        lines += [f"engine {r} ({host}): {gpu_probe.describe(g)}"
+                  for r, (host, g) in enumerate(zip(self.engine_hosts, self.gpu))]
+        lines.append(f"Comm backend: {self.backend}")
         for name, (alpha, beta) in self.links.items():
             lines.append(f"link {name}: alpha = {alpha * 1e6:.1f} us, "
                          f"bandwidth = {1 / beta / 1e9:.2f} GB/s")
@@ -87,13 +98,16 @@ def _gpu_count() -> int:
 
 
 def engine_facts() -> dict:
-    """Runs on an engine: host, GPUs, CUDA_VISIBLE_DEVICES, MPI availability."""
+    """Runs on an engine: host, GPUs, CUDA_VISIBLE_DEVICES, MPI availability, and the
+    GPU probe (:func:`coursekit.cluster.gpu_probe.probe`: which GPU, does a kernel run)."""
+    gpu = gpu_probe.probe()
     try:
         from mpi4py import MPI
         mpi = f"mpi4py {MPI.Get_library_version().splitlines()[0][:40]}"
     except ImportError:
         mpi = ""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "gpus": _gpu_count(),
+    return {"host": socket.gethostname(), "pid": os.getpid(),
+            "gpus": max(_gpu_count(), gpu["gpus"]), "gpu": gpu,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "mpi": mpi,
             "mpiexec": bool(shutil.which("mpiexec") or
                             os.path.exists(os.path.join(sys.prefix, "bin", "mpiexec")))}
@@ -116,6 +130,25 @@ def _link(cluster, a: int, b: int, repeats: int):
     return f.alpha, f.beta
 
 
+def gpu_kernel_check(facts: list) -> Check | None:
+    """The "gpu kernel" Check: the test kernel ran right on every engine that sees a GPU
+    (by numba's count or nvidia-smi's); None when no engine has one (a CPU cluster:
+    nothing to check; too few GPUs is the "gpus" check's)."""
+    probes = [(r, f["gpu"]) for r, f in enumerate(facts) if f["gpus"]]
+    if not probes:
+        return None
+    bad = [(r, g) for r, g in probes if g["kernel"] != "ok"]
+    if not bad:
+        return Check("gpu kernel", True, f"numba ran a test kernel on the GPU of all "
+                     f"{len(probes)} engine(s) with one")
+    return Check("gpu kernel", False, f"{len(bad)} engine(s) cannot run a CUDA kernel: "
+                 + "; ".join(f"rank {r}: {gpu_probe.describe(g)}" for r, g in bad[:4]),
+                 "install the CUDA driver / toolkit numba needs in the engines' environment "
+                 "(`python -c 'from numba import cuda; cuda.detect()'` on the host says what "
+                 "is missing; NUMBA_CUDA_DRIVER names a driver library elsewhere), and give "
+                 "each engine its GPU (CUDA_VISIBLE_DEVICES=$SLURM_LOCALID per task)")
+
+
 def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
                   nodes: int | None = None, interface: str | None = None,
                   repeats: int = 5) -> Report:
@@ -127,7 +160,8 @@ def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
     facts = cluster.run(engine_facts)
     hosts = dict(Counter(f["host"] for f in facts))
     controller = _controller(cluster)
-    report = Report(cluster.size, hosts, [f["gpus"] for f in facts], "none", controller)
+    report = Report(cluster.size, hosts, [f["gpus"] for f in facts], "none", controller,
+                    gpu=[f["gpu"] for f in facts], engine_hosts=[f["host"] for f in facts])
     add = report.checks.append
     want_nodes = nodes if nodes is not None else len(hosts)
     if _is_loopback(controller) and want_nodes > 1:
@@ -145,15 +179,20 @@ def run_preflight(cluster, *, gpus_per_engine: int = 0, mpi: bool = False,
                   "(profile_dir/log) and at `squeue`; check that the compute nodes reach the "
                   "controller's address"))
     if gpus_per_engine:
-        short = [(r, f["host"], f["gpus"]) for r, f in enumerate(facts)
-                 if f["gpus"] < gpus_per_engine]
+        short = [(r, f) for r, f in enumerate(facts) if f["gpus"] < gpus_per_engine]
         add(Check("gpus", not short,
                   f"every engine sees >= {gpus_per_engine} GPU(s)" if not short else
-                  f"{len(short)} engine(s) see too few GPUs: "
-                  + ", ".join(f"rank {r} on {h}: {g}" for r, h, g in short[:6]),
+                  f"{len(short)} engine(s) see fewer than the {gpus_per_engine} GPU(s) asked "
+                  "for: " + "; ".join(f"rank {r} on {f['host']}: {f['gpus']}"
+                                      + ("" if f["gpus"] else
+                                         f" ({gpu_probe.describe(f['gpu'])})")
+                                      for r, f in short[:6]),
                   "start the engines on a GPU partition with the Slurm profile "
                   "(`--gres=gpu:N`, CUDA_VISIBLE_DEVICES=$SLURM_LOCALID per task) and check "
                   "`nvidia-smi` on those hosts"))
+    kernel = gpu_kernel_check(facts)
+    if kernel is not None:
+        add(kernel)
     if mpi:
         missing = [r for r, f in enumerate(facts) if not f["mpi"]]
         if missing:

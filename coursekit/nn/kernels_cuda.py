@@ -38,8 +38,10 @@ On a machine with several GPUs, call :func:`select_gpu` with the engine's local 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 from typing import NamedTuple
 
 import numba
@@ -491,13 +493,29 @@ def _d_views(flat, sizes, layer):
     return flat[start:w_stop].reshape((n_in, n_out)), flat[w_stop : w_stop + n_out]
 
 
-def _d_forward_all(d_params, sizes, act, X):
+def _d_forward_all(d_params, sizes, act, d_X):
     n_layers = len(sizes) - 1
-    acts = [cuda.to_device(X)]
+    acts = [d_X]
     for layer in range(n_layers):
         W, b = _d_views(d_params, sizes, layer)
         acts.append(_d_layer_forward(W, b, acts[-1], act if layer < n_layers - 1 else 0))
     return acts
+
+
+# Numba's simulator runs one kernel at a time, and while it runs it replaces this module's
+# global ``cuda`` by a fake one (``swapped_cuda_module``): a second Python thread that
+# launches a kernel fails ("concurrent simulated kernel not supported") or calls
+# ``cuda.to_device`` on the fake. In-process ranks (ThreadComm threads) therefore take
+# turns here under the simulator; on a GPU the threads launch freely.
+_turns = threading.RLock() if numba.config.ENABLE_CUDASIM else contextlib.nullcontext()
+
+
+def _one_at_a_time_in_simulator(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _turns:
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 class MixedStep(NamedTuple):
@@ -521,6 +539,7 @@ def _check_mixed_storage(*arrays) -> np.dtype:
     return dt
 
 
+@_one_at_a_time_in_simulator
 def loss_and_grad_mixed(weights16, grad16, sizes, act, X16, target, *, loss: str = "softmax_xent",
                         scale: float = 1.0) -> MixedStep:
     """One mixed-precision step on the GPU (chapter 8; the equations of
@@ -541,7 +560,7 @@ def loss_and_grad_mixed(weights16, grad16, sizes, act, X16, target, *, loss: str
     n_layers, n = len(sizes) - 1, len(X16)
     d_params = cuda.to_device(weights16)
     d_grad = cuda.device_array(grad16.shape, storage)
-    acts = _d_forward_all(d_params, sizes, act, X16)
+    acts = _d_forward_all(d_params, sizes, act, cuda.to_device(X16))
     G = cuda.device_array(acts[-1].shape, storage)
     row_loss = cuda.device_array(n, np.float64)
     peaks = cuda.device_array(n_layers * n, np.float32)
@@ -565,6 +584,7 @@ def loss_and_grad_mixed(weights16, grad16, sizes, act, X16, target, *, loss: str
     return MixedStep(loss_value, float(peaks.copy_to_host().max()), acts, grads)
 
 
+@_one_at_a_time_in_simulator
 def layer_forward(W, b, A_prev, act, out):
     """Host arrays in, ``out`` <- sigma(A_prev W + b) (as kernels_cpu.layer_forward)."""
     d = _d_layer_forward(cuda.to_device(W), cuda.to_device(b), cuda.to_device(A_prev), act)
@@ -572,6 +592,7 @@ def layer_forward(W, b, A_prev, act, out):
     return out
 
 
+@_one_at_a_time_in_simulator
 def layer_backward(W, A_prev, A, G, act, dW, db, G_prev):
     """As kernels_cpu.layer_backward: G <- delta, dW, db, and G_prev unless it has 0 rows."""
     dG = cuda.to_device(G)
@@ -586,35 +607,77 @@ def layer_backward(W, A_prev, A, G, act, dW, db, G_prev):
         d_prev.copy_to_host(G_prev)
 
 
+@_one_at_a_time_in_simulator
 def forward(params, sizes, act, X):
     """The network's output A^L, computed on the GPU, returned on the host."""
-    return _d_forward_all(cuda.to_device(params), sizes, act, X)[-1].copy_to_host()
+    return _d_forward_all(cuda.to_device(params), sizes, act, cuda.to_device(X))[-1].copy_to_host()
 
 
-def _loss_and_grad(loss_kernel, params, grad, sizes, act, X, target):
-    n_layers = len(sizes) - 1
-    d_params = cuda.to_device(params)
-    d_grad = cuda.device_array(grad.shape, grad.dtype)
-    acts = _d_forward_all(d_params, sizes, act, X)
+# -- one training step in three parts, so that a caller can time them apart -------------
+#    t_step = t_stage_in + t_compute + t_stage_out   (MLP.loss_and_grad(..., timer=...))
+
+class Staged(NamedTuple):
+    """One mini-batch's device arrays: inputs copied in, outputs allocated (not yet filled)."""
+
+    params: object
+    X: object
+    target: object
+    grad: object
+    row_loss: object
+
+
+@_one_at_a_time_in_simulator
+def stage_in(params, X, target) -> Staged:
+    """Host -> device: the parameters (4 or 8 bytes each), the batch X and its labels or
+    targets: bytes = params.nbytes + X.nbytes + target.nbytes; plus room for the gradient
+    and the per-row losses."""
+    return Staged(cuda.to_device(params), cuda.to_device(X), cuda.to_device(target),
+                  cuda.device_array(params.shape, params.dtype),
+                  cuda.device_array(len(X), np.float64))
+
+
+@_one_at_a_time_in_simulator
+def compute(staged: Staged, loss: str, sizes, act) -> None:
+    """Forward + ``loss`` ("softmax_xent" or "mse") + backward on the device, into
+    ``staged.grad`` and ``staged.row_loss``; returns after ``cuda.synchronize()``, so the
+    time of this call is the kernels' (launches are asynchronous)."""
+    d_params, n_layers = staged.params, len(sizes) - 1
+    k = _kernels(d_params.dtype)
+    acts = _d_forward_all(d_params, sizes, act, staged.X)
     G = acts[-1]
-    row_loss = cuda.device_array(len(X), np.float64)
-    blocks, threads = _grid1(len(X))
-    loss_kernel[blocks, threads](G, cuda.to_device(target), row_loss)
+    blocks, threads = _grid1(len(G))
+    (k.softmax_xent if loss == "softmax_xent" else k.mse)[blocks, threads](
+        G, staged.target, staged.row_loss)
     for layer in range(n_layers - 1, -1, -1):
         W, _ = _d_views(d_params, sizes, layer)
-        dW, db = _d_views(d_grad, sizes, layer)
+        dW, db = _d_views(staged.grad, sizes, layer)
         G = _d_layer_backward(
             W, acts[layer], acts[layer + 1], G, act if layer < n_layers - 1 else 0, dW, db, layer > 0
         )
-    d_grad.copy_to_host(grad)
-    return float(row_loss.copy_to_host().sum() / len(X))
+    cuda.synchronize()
+
+
+@_one_at_a_time_in_simulator
+def stage_out(staged: Staged, grad) -> float:
+    """Device -> host: the gradient into ``grad`` (grad.nbytes) and the mean loss (the
+    per-row losses, 8 bytes a row, summed on the host)."""
+    staged.grad.copy_to_host(grad)
+    row_loss = staged.row_loss.copy_to_host()
+    return float(row_loss.sum() / len(row_loss))
+
+
+def _loss_and_grad(loss, params, grad, sizes, act, X, target):
+    staged = stage_in(params, X, target)
+    compute(staged, loss, sizes, act)
+    return stage_out(staged, grad)
 
 
 def loss_and_grad_xent(params, grad, sizes, act, X, y):
-    """As kernels_cpu.loss_and_grad_xent, on the GPU."""
-    return _loss_and_grad(_kernels(params.dtype).softmax_xent, params, grad, sizes, act, X, y)
+    """As kernels_cpu.loss_and_grad_xent, on the GPU: :func:`stage_in`, :func:`compute`,
+    :func:`stage_out`."""
+    return _loss_and_grad("softmax_xent", params, grad, sizes, act, X, y)
 
 
 def loss_and_grad_mse(params, grad, sizes, act, X, T):
-    """As kernels_cpu.loss_and_grad_mse, on the GPU."""
-    return _loss_and_grad(_kernels(params.dtype).mse, params, grad, sizes, act, X, T)
+    """As kernels_cpu.loss_and_grad_mse, on the GPU (see :func:`loss_and_grad_xent`)."""
+    return _loss_and_grad("mse", params, grad, sizes, act, X, T)

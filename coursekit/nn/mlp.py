@@ -16,6 +16,7 @@ The compute runs in :mod:`coursekit.nn.kernels_cpu` (Numba) or, with ``device="c
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,8 @@ import numpy as np
 from coursekit import checks
 from coursekit.nn import activations, kernels_cpu, layout
 
-__all__ = ["DEVICES", "LOSSES", "MLP", "Layer", "check_dtype", "resolve_device"]
+__all__ = ["DEVICES", "LOSSES", "MLP", "Layer", "check_device", "check_dtype", "device_name",
+           "resolve_device"]
 
 LOSSES = ("softmax_xent", "mse")
 DEVICES = ("cpu", "cuda", "auto")
@@ -31,14 +33,24 @@ DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _EMPTY = {dt: np.empty((0, 0), dtype=dt) for dt in DTYPES}
 
 
+def check_device(device) -> str:
+    """``device`` itself if it is one of :data:`DEVICES`, else a ValueError listing them.
+
+    Only the value is checked (no GPU is looked for): a notebook without a GPU can
+    configure a run whose engines have one. :func:`resolve_device` looks."""
+    if not isinstance(device, str) or device not in DEVICES:
+        raise ValueError(f"device={device!r} is not supported; allowed: {', '.join(DEVICES)} "
+                         f"(cuda: this process's GPU, on an engine the GPU of its local rank; "
+                         f"auto: the GPU when numba finds one, else the CPU)")
+    return device
+
+
 def resolve_device(device: str) -> str:
     """"cpu", or "cuda" when asked for (and present); "auto" picks "cuda" when a GPU is usable.
 
     On a cluster engine the first GPU use binds the GPU of the engine's local rank.
     """
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r} is not supported; allowed: {', '.join(DEVICES)}")
-    if device == "cpu":
+    if check_device(device) == "cpu":
         return "cpu"
     from numba import cuda  # imported only when a GPU is asked for: it is slow to import
 
@@ -53,6 +65,18 @@ def resolve_device(device: str) -> str:
         "device='cuda' but numba finds no usable CUDA GPU; use device='cpu' or device='auto' "
         "(or set NUMBA_ENABLE_CUDASIM=1 before importing numba to run the kernels in the simulator)"
     )
+
+
+def device_name(device: str) -> str:
+    """Where a model built for the resolved ``device`` computes, as this thread sees it:
+    "cpu", or "cuda:<id>" with the id of the GPU numba's current context is on (the one
+    :func:`~coursekit.nn.kernels_cuda.bind_engine_gpu` chose on an engine)."""
+    if device == "cpu":
+        return "cpu"
+    from numba import cuda
+
+    context = cuda.current_context()  # the simulator's context has the id, a real one its device
+    return f"cuda:{getattr(context.device, 'id', getattr(context, 'id', 0))}"
 
 
 def check_dtype(dtype) -> np.dtype:
@@ -188,6 +212,12 @@ class MLP:
         return self._params.size
 
     @property
+    def device_name(self) -> str:
+        """"cpu" or "cuda:<id>": where this model computes in the calling thread
+        (:func:`device_name`); the results of the training chapters report it per rank."""
+        return device_name(self.device)
+
+    @property
     def n_classes(self) -> int:
         return self.sizes[-1]
 
@@ -293,12 +323,21 @@ class MLP:
             raise ValueError(f"y must be 1-D with one label per row of X ({len(X)}); got shape {y.shape}")
         return float(np.mean(self.predict(X) == y))
 
-    def loss_and_grad(self, X, y, *, out=None, validate: bool = True):
+    def loss_and_grad(self, X, y, *, out=None, validate: bool = True, timer=None):
         """(mean loss, flat gradient dC/dparams) for the mini-batch (X, y).
 
         ``out``: a flat buffer like ``params`` to write the gradient into (no allocation).
         ``validate=False`` skips the checks: only for arrays that came from
         :meth:`check_batch` (the train loop checks the whole data set once).
+
+        ``timer(part)``: a context manager entered around each part of the call, so a caller
+        can time them apart (e.g. :meth:`coursekit.parallel.spans.SpanRecorder.part`):
+
+        * on "cuda": ``"stage"`` (parameters + batch host -> device), ``"compute"``
+          (forward + backward on the device, ending with a synchronize, so its time is the
+          kernels' and not their launch's), ``"stage"`` (gradient + loss device -> host);
+          t = t_stage_in + t_compute + t_stage_out;
+        * on "cpu": ``"compute"`` only; there is nothing to stage (t_stage = 0).
         """
         if validate:
             X, y = self.check_batch(X, y)
@@ -313,10 +352,25 @@ class MLP:
                     or not out.flags.c_contiguous):
                 raise ValueError(f"{want}; got {'' if out.flags.c_contiguous else 'a strided '}"
                                  f"{out.dtype.name} {out.shape}")
+        timer = _untimed if timer is None else timer
         b = self._backend
-        kernel = b.loss_and_grad_xent if self.loss == "softmax_xent" else b.loss_and_grad_mse
-        loss = kernel(self._params, out, self._sizes_arr, self._act, X, y)
-        return float(loss), out
+        if self.device == "cpu":
+            kernel = b.loss_and_grad_xent if self.loss == "softmax_xent" else b.loss_and_grad_mse
+            with timer("compute"):
+                loss = kernel(self._params, out, self._sizes_arr, self._act, X, y)
+            return float(loss), out
+        with timer("stage"):
+            staged = b.stage_in(self._params, X, y)
+        with timer("compute"):
+            b.compute(staged, self.loss, self._sizes_arr, self._act)
+        with timer("stage"):
+            loss = b.stage_out(staged, out)
+        return loss, out
+
+
+def _untimed(part: str):
+    """The default ``timer`` of :meth:`MLP.loss_and_grad`: times nothing."""
+    return nullcontext()
 
 
 def _rebuild(sizes, activation, loss, dtype, device, params) -> MLP:

@@ -8,7 +8,8 @@ the parameter server's workers (``WorkerReport.spans``), the pipeline (``simulat
 and ``run_pipeline(...)`` timelines), the simulator's replays (``Replay.spans``), and
 whatever draws them (:func:`coursekit.viz.plot_timeline`, :mod:`coursekit.viz.pipeline`,
 the panels). ``kind`` names the activity: "forward", "backward", "compute", "optimizer",
-"comm", "send", "idle" (colours from :mod:`coursekit.viz.style`).
+"comm", "send", "idle", "stage" (host <-> device copies around a GPU's compute; a
+step on a GPU is t_compute + t_stage + t_comm) (colours from :mod:`coursekit.viz.style`).
 
 A pipeline span also says which action it ran: its ``action`` is the schedule's
 :class:`~coursekit.parallel.pipeline.Action` (kind, stage, micro-batch), and its ``kind``
@@ -50,9 +51,10 @@ from coursekit.comm.trace import now
 if TYPE_CHECKING:
     from coursekit.parallel.pipeline.actions import Action
 
-__all__ = ["COMPUTE_KINDS", "Span", "SpanRecorder", "step_totals"]
+__all__ = ["COMPUTE_KINDS", "STAGE_KINDS", "Span", "SpanRecorder", "step_totals"]
 
 COMPUTE_KINDS = ("forward", "backward", "compute", "optimizer")
+STAGE_KINDS = ("stage",)
 
 
 class Span(NamedTuple):
@@ -102,11 +104,21 @@ class SpanRecorder:
         self.record(kind, t0, now())
 
     @contextmanager
-    def comm(self, kind: str = "comm"):
-        """Time a communication block (including any wait for slower ranks)."""
+    def timed(self, kind: str):
+        """Time a block as it is (not stretched): communication, staging."""
         t0 = now()
         yield
         self.record(kind, t0, now())
+
+    def comm(self, kind: str = "comm"):
+        """Time a communication block (including any wait for slower ranks)."""
+        return self.timed(kind)
+
+    def part(self, kind: str):
+        """The block's timer by its kind: :meth:`compute` for :data:`COMPUTE_KINDS` (a
+        straggler stretches them), :meth:`timed` for the others, e.g. "stage". Pass it as
+        ``MLP.loss_and_grad(..., timer=recorder.part)``."""
+        return self.compute(kind) if kind in COMPUTE_KINDS else self.timed(kind)
 
     def take(self) -> list[Span]:
         """The spans recorded so far (e.g. one step's), removed from the recorder."""

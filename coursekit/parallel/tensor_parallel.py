@@ -15,12 +15,18 @@ It can be split over p ranks two ways:
   dC/dA_r = delta W_r^T stays local, dW_r = A_r^T delta, db = sum(delta) (replicated).
 
 Megatron pairs them (column then row), so a two-layer block costs one allreduce forward and
-one backward. :class:`TensorParallelMLP` alternates column, row, column, ... over the MLP;
+one backward. The products (A W_r, delta W_r^T, A_r^T delta) run on the MLP's device, through
+its layers' kernels (:class:`coursekit.nn.mlp.Layer`): on the GPU for ``device="cuda"``.
+What stays on the host: the collectives (the Comm sends host arrays), a row layer's
+``+ b`` and sigma after its allreduce, and the loss at the output (elementwise work on
+n x n_out numbers). :class:`TensorParallelMLP` alternates column, row, column, ... over the MLP;
 an odd last (column) layer allgathers its output. :func:`layer_split` is the naive
 alternative: whole layers per rank, i.e. a pipeline with one micro-batch.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -46,6 +52,7 @@ class TensorParallelMLP:
 
     Column layers need n_out, row layers n_in (the same width) divisible by ``comm.size``.
     The shards are views of ``mlp``'s parameters (each rank would hold only its own).
+    ``device``: where this rank computes ("cpu" or "cuda:<id>", ``mlp.device_name``).
     """
 
     def __init__(self, comm, mlp):
@@ -62,16 +69,22 @@ class TensorParallelMLP:
             else:
                 k = _split(n_in, p, f"layer {layer.index} is row-parallel: its n_in")
                 self.shards.append(("row", layer.W[r * k:(r + 1) * k], layer.b, layer.activation))
+        self.device = mlp.device_name
 
+    def _layer(self, l: int, **changes):
+        """Shard l as a Layer on the MLP's kernels (``changes``: fields to replace)."""
+        _, W, b, _ = self.shards[l]
+        fields = {"W": np.ascontiguousarray(W), "b": np.ascontiguousarray(b), **changes}
+        return dataclasses.replace(self.mlp.layers[l], **fields)
     def forward(self, X) -> tuple[list[np.ndarray], np.ndarray]:
         """(this rank's activations [A^0 = X, A^1, ...], the whole output on every rank)."""
         acts = [self.mlp.check_inputs(X)]
-        for kind, W, b, act in self.shards:
+        for l, (kind, W, b, act) in enumerate(self.shards):
             if kind == "column":
-                acts.append(reference.layer_forward(W, b, acts[-1], act))
-            else:
-                z = allreduce(self.comm, acts[-1] @ W) + b
-                acts.append(activations.apply(z, act))
+                acts.append(self._layer(l).forward(acts[-1]))
+            else:  # A_r W_r on the device (no bias, no sigma), summed over the ranks
+                partial = self._layer(l, b=np.zeros_like(b), activation="identity").forward(acts[-1])
+                acts.append(activations.apply(allreduce(self.comm, partial) + b, act))
         if self.shards[-1][0] == "row":
             return acts, acts[-1]
         # a column-parallel last layer: the loss needs every output, so gather the slices
@@ -89,8 +102,9 @@ class TensorParallelMLP:
             g = g[:, r * k:(r + 1) * k]
         grads = []
         for l in reversed(range(len(self.shards))):
-            kind, W, _, act = self.shards[l]
-            dW, db, g_prev = reference.layer_backward(W, acts[l], acts[l + 1], g, act)
+            kind, W = self.shards[l][:2]
+            g_prev, flat = self._layer(l).backward(acts[l], acts[l + 1], g, input_grad=l > 0)
+            dW, db = flat[:W.size].reshape(W.shape), flat[W.size:]
             if kind == "column" and l > 0:  # partial sums of dC/dA over the split outputs
                 g_prev = allreduce(self.comm, g_prev)
             grads.append((dW, db))

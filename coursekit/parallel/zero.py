@@ -33,6 +33,11 @@ and the bytes all ranks send per step are 2 (N-1) Ψ (stage 0, ring allreduce),
 2 (N-1) P_pad (stages 1, 2) and 3 (N-1) P_pad (stage 3), times the itemsize.
 Every stage computes the same step as serial training on the global batch (the tests
 check it step by step in float64).
+
+Devices: each layer's forward and backward run on the MLP's device (its
+:class:`~coursekit.nn.mlp.Layer` kernels: the GPU for ``device="cuda"``, each rank on its
+engine's GPU); the flat buffers, the collectives, the loss at the output and the optimizer
+step stay on the host, where the Comm sends from.
 """
 
 from __future__ import annotations
@@ -212,12 +217,14 @@ def sent_bytes(stage: int, n_params: int, layout: ShardLayout, itemsize: int) ->
 @dataclass(frozen=True)
 class ZeroResult:
     """One rank's view of a run: the final flat parameters, the global batch loss per step
-    (this rank's share), the model-state bytes it held and the bytes it sent."""
+    (this rank's share), the model-state bytes it held, the bytes it sent and where its
+    layers computed ("cpu" or "cuda:<id>", :attr:`coursekit.nn.MLP.device_name`)."""
 
     params: np.ndarray
     losses: np.ndarray
     memory: dict
     sent: int
+    device: str = "cpu"
 
 
 def train_zero(comm, mlp: MLP, X, y, *, stage: int, steps: int, batch_size: int, lr: float,
@@ -242,4 +249,4 @@ def train_zero(comm, mlp: MLP, X, y, *, stage: int, steps: int, batch_size: int,
             mine = np.array_split(batch, comm.size)[comm.rank]
             losses[t] = rank.step(X[mine], y[mine], batch_size)
         sent = sum(m.nbytes for m in messages() if m.op == "send")
-    return ZeroResult(rank.full_params(), losses, rank.memory(), sent)
+    return ZeroResult(rank.full_params(), losses, rank.memory(), sent, mlp.device_name)

@@ -113,12 +113,14 @@ def plot_straggler(sweep, fig=None):
 
 
 def plot_scaling(s, fig=None):
-    """Step time split into compute and communication (stacked bars, the model's step as a
-    diamond) and the weak-scaling efficiency T1/TN against the cost model's."""
+    """Step time split into compute, staging (GPU runs) and communication (stacked bars,
+    the model's step as a diamond) and the weak-scaling efficiency T1/TN against the cost
+    model's."""
     fig = _figure(fig, 10, 3.4)
     ax_t, ax_e = fig.subplots(1, 2)
     x = np.arange(len(s.workers))
-    stacked_bars(ax_t, x, [("compute", s.compute * 1e3, color("compute")),
+    staged = [("stage", s.stage * 1e3, color("stage"))] if s.stage.any() else []  # GPU runs
+    stacked_bars(ax_t, x, [("compute", s.compute * 1e3, color("compute")), *staged,
                            ("communication", s.comm * 1e3, color("comm"))])
     ax_t.plot(x, s.predicted_step * 1e3, "D", color=color("predicted"), label="predicted step")
     ax_t.set_xticks(x, [str(w) for w in s.workers])

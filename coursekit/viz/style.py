@@ -18,6 +18,7 @@ COLORS = {
     "recv": "#55A868",       # waiting for / copying in a message
     "comm": "#C44E52",       # a whole collective, when not split into send/recv
     "idle": "#DDDDDD",       # waiting: bubbles, stragglers
+    "stage": "#937860",      # host <-> device copies around a GPU's compute
     "message": "#555555",    # arrows from a send to its recv
     "measured": "#C44E52",   # measured curves
     "predicted": "#4C72B0",  # cost-model curves

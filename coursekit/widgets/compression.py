@@ -20,7 +20,8 @@ from coursekit.costmodel import check_link
 from coursekit.parallel.compression import COMPRESSORS, make_compressor
 from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.viz.compression import plot_runs
-from coursekit.widgets.panel import Panel, run_target, png, size_limit
+from coursekit.nn.mlp import check_device
+from coursekit.widgets.panel import Panel, device_summary, run_target, png, size_limit
 
 __all__ = ["CompressionPanel", "VALUES"]
 
@@ -51,12 +52,14 @@ class CompressionPanel(Panel):
     ``link``: the fitted link the cost model uses, anything with ``.alpha`` (s) and ``.beta``
     (s/B) (``measure.link(runner)``, or a :class:`~coursekit.costmodel.LinkFit`). ``panel_options``
     (``cluster``: a started cluster with a Comm on its engines, or ``runner``: e.g.
-    ``LocalRunner(4)``; ``restart``, ``prepare``) go to :class:`Panel`.
+    ``LocalRunner(4)``; ``restart``, ``prepare``) go to :class:`Panel`. ``device`` ("cpu",
+    "cuda", "auto") is where the workers compute; the status line ends with where each did.
     """
 
     def __init__(self, *, link, max_workers: int | None = None, epochs: int = 10,
-                 seed: int = 0, experiment=train, **panel_options):
+                 seed: int = 0, experiment=train, device: str = "cpu", **panel_options):
         max_workers = size_limit("max_workers", max_workers, run_target(panel_options))
+        self.device = check_device(device)
         self.alpha, self.beta = check_link(link)
         self.seed = seed
         self.experiment = experiment
@@ -93,7 +96,7 @@ class CompressionPanel(Panel):
         name = self.compressor.value
         value = self.value.value if COMPRESSORS[name].param else None
         return CompressionConfig(name, value, self.error_feedback.value,
-                     epochs=self.epochs.value, seed=self.seed)
+                     epochs=self.epochs.value, seed=self.seed, device=self.device)
 
     def compute(self):
         """Train with the current settings, following the workers live."""
@@ -108,5 +111,6 @@ class CompressionPanel(Panel):
     def show(self, result) -> None:
         self.say(f"{result.config.label}: {result.final_accuracy:.1%} test accuracy, "
                  f"{result.wire_bytes[-1] / 1e6:.3g} MB sent per worker; "
-                 + exchange_comparison(result, self.alpha, self.beta))
+                 + exchange_comparison(result, self.alpha, self.beta)
+                 + f"; {device_summary(result.devices)}")
         self.plot.value = png(plot_runs(self.results, self.alpha, self.beta))

@@ -24,7 +24,8 @@ from coursekit.parallel.data_parallel import train
 from coursekit.parallel.data_parallel.lr_rules import RULES
 from coursekit.viz import byte_label
 from coursekit.viz.data_parallel import plot_live, plot_run
-from coursekit.widgets.panel import LiveRepr, Panel, png, run_target, size_limit
+from coursekit.nn.mlp import check_device
+from coursekit.widgets.panel import LiveRepr, Panel, device_summary, png, run_target, size_limit
 
 __all__ = ["DataParallelPanel", "LiveView"]
 
@@ -60,14 +61,19 @@ class DataParallelPanel(Panel):
     Trains on ``data`` (evaluated on ``eval_data``) with :func:`train`; ``max_workers``
     (None: the runner's or cluster's size); ``base`` holds every other setting;
     ``panel_options`` (``cluster`` or ``runner``, ``restart``, ``prepare``) go to
-    :class:`Panel`. The latest result is ``panel.result``.
+    :class:`Panel`. ``device`` ("cpu", "cuda", "auto"; None: ``base.device``) is where the
+    workers compute, e.g. ``DataParallelPanel(cluster=c, data=d, device="cuda")`` on a GPU
+    cluster; the status line ends with where each rank computed. The latest result is
+    ``panel.result``.
     """
 
     def __init__(self, max_workers: int | None = None, base: DPConfig | None = None,
-                 *, data, eval_data=None, **panel_options):
+                 *, data, eval_data=None, device: str | None = None, **panel_options):
         max_workers = size_limit("max_workers", max_workers, run_target(panel_options))
         self.data, self.eval_data = data, eval_data
         self.base = base or DPConfig()
+        if device is not None:
+            self.base = replace(self.base, device=check_device(device))
         style = {"description_width": "120px"}
         self.workers = widgets.IntSlider(max_workers, min=1, max=max_workers,
                                          description="workers", style=style)
@@ -106,5 +112,5 @@ class DataParallelPanel(Panel):
         self.plot.value = png(plot_live(data))
 
     def show(self, r) -> None:
-        self.say(f"{r.step_breakdown()}; final loss {r.loss[-1]:.3f}")
+        self.say(f"{r.step_breakdown()}; final loss {r.loss[-1]:.3f}; {device_summary(r.devices)}")
         self.plot.value = png(plot_run(r, fig=Figure(figsize=(10, 3.4))))

@@ -46,7 +46,7 @@ import ipywidgets as widgets
 from coursekit.viz.check import png  # every panel's picture: checked and saved in one drawing
 from coursekit.widgets.health import cluster_problem, error_message
 
-__all__ = ["Panel", "RunStopped", "png", "size_limit"]
+__all__ = ["Panel", "RunStopped", "device_summary", "png", "size_limit"]
 
 
 def hide_when_empty(image: widgets.Image) -> widgets.Image:
@@ -68,6 +68,26 @@ def size_limit(name: str, value, cluster, minimum: int = 1, default: int | None 
         what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
+
+
+def device_summary(devices, unit: str = "rank") -> str:
+    """Where the ranks computed, in a few words for a status line: ``devices[i]`` is rank
+    i's ("cpu" or "cuda:<id>", :attr:`coursekit.nn.MLP.device_name`; None: rank lost).
+
+    "4 ranks on cpu", "ranks 0-3 on cuda:0..3" (one GPU each, in order), else one item
+    per rank: "rank 0 on cuda:0, rank 1 on cpu".
+    """
+    devices = list(devices)
+    if not devices:
+        return f"no {unit}s"
+    if None not in devices and len(set(devices)) == 1:
+        return f"{len(devices)} {unit}{'s' if len(devices) > 1 else ''} on {devices[0]}"
+    gpus = [d[5:] for d in devices if d is not None and d.startswith("cuda:")]
+    if (len(gpus) == len(devices) and all(g.isdigit() for g in gpus)
+            and [int(g) for g in gpus] == list(range(int(gpus[0]), int(gpus[0]) + len(gpus)))):
+        return f"{unit}s 0-{len(devices) - 1} on cuda:{gpus[0]}..{gpus[-1]}"
+    return ", ".join(f"{unit} {i} " + ("lost" if d is None else f"on {d}")
+                     for i, d in enumerate(devices))
 
 
 def run_target(panel_options: dict):

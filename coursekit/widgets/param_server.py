@@ -19,11 +19,13 @@ import dataclasses
 
 import ipywidgets as widgets
 
+from coursekit.nn.mlp import check_device
 from coursekit.parallel.param_server import train
 from coursekit.parallel.param_server.config import PSConfig
 from coursekit.parallel.param_server.protocol import PSTopology
 from coursekit.viz.param_server import label, plot_live, plot_runs
-from coursekit.widgets.panel import Panel, hide_when_empty, png, run_target, size_limit
+from coursekit.widgets.panel import (Panel, device_summary, hide_when_empty, png, run_target,
+                                     size_limit)
 
 __all__ = ["ParamServerPanel"]
 
@@ -32,19 +34,24 @@ class ParamServerPanel(Panel):
     """Controls: consistency model, staleness bound, workers, servers, straggler delay; Run.
 
     ``max_ranks`` bounds servers + workers (None: the runner's or cluster's size); ``base``
-    holds every other setting (steps, lr ...); ``data``: the Dataset (None: the digits);
+    holds every other setting (steps, lr ...); ``device`` ("cpu", "cuda", "auto"; None:
+    ``base.device``, "cpu" by default) is where the workers compute, e.g.
+    ``ParamServerPanel(cluster=c, device="cuda")`` on a GPU cluster; the status line says
+    where they did. ``data``: the Dataset (None: the digits);
     ``panel_options`` (``cluster`` or ``runner``, ``restart``, ``prepare``) go to
     :class:`Panel`. ``panel.results`` keeps every finished run; ``panel.live`` shows
     each worker's accuracy while a run goes.
     """
 
     def __init__(self, max_ranks: int | None = None, base: PSConfig | None = None, *,
-                 data=None, **panel_options):
+                 data=None, device: str | None = None, **panel_options):
         # a server and a worker at least
         max_ranks = size_limit("max_ranks", max_ranks, run_target(panel_options), minimum=2)
         self.data = data
         self.max_ranks = max_ranks
         self.base = base or PSConfig(steps=100, eval_every=10, worker_timeout=2.0)
+        if device is not None:
+            self.base = dataclasses.replace(self.base, device=check_device(device))
         style = {"description_width": "130px"}
         self.model = widgets.ToggleButtons(options=[("BSP", "bsp"), ("SSP", "ssp"), ("ASP", "asp")],
                                            value="ssp", description="consistency", style=style)
@@ -94,6 +101,7 @@ class ParamServerPanel(Panel):
     def show(self, result) -> None:
         worst = result.staleness_histogram()[0].max(initial=0)  # over every gradient applied
         self.say(f"{label(result.config, result.topology)}: {result.applied} gradients in "
-                 f"{result.wall_s:.2f} s, max staleness {worst}")
+                 f"{result.wall_s:.2f} s, max staleness {worst}; "
+                 f"{device_summary(result.devices, 'worker')}, shards on the host")
         self.live.value = b""  # the comparison below has every run's curves: keep it in view
         self.plot.value = png(plot_runs(self.results))

@@ -1,33 +1,21 @@
-"""CUDA device selection here; the kernels themselves run in numba's simulator, in a subprocess.
-
-``NUMBA_ENABLE_CUDASIM=1`` must be set before numba.cuda is first imported, and it would
-turn every later CUDA use in this process into the simulator, so
-``tests/nn/test_nn_cuda_sim.py`` runs in its own pytest process (and skips itself here).
+"""CUDA device selection here; the kernels themselves run in numba's simulator, in a subprocess
+(``tests/nn/test_nn_cuda_sim.py``, through :func:`cudasim.run_in_simulator`).
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cudasim import run_in_simulator
 
 from coursekit.nn import MLP
 from coursekit.nn.mlp import resolve_device
 
 SIM_TESTS = Path(__file__).with_name("test_nn_cuda_sim.py")
-ROOT = Path(__file__).resolve().parents[2]  # the repository: its conftest.py is the run's
 
 
 @pytest.mark.slow  # a second pytest process; the simulator runs every GPU thread in Python
 def test_cuda_kernels_match_cpu_in_the_simulator():
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(SIM_TESTS)],
-        env=env, capture_output=True, text=True, timeout=240, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout
+    run_in_simulator(SIM_TESTS)
 
 
 def test_device_selection_without_a_gpu():

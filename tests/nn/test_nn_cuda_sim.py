@@ -3,10 +3,13 @@ test_nn_cuda.py).
 
 The simulator runs every GPU thread as a Python thread, so the cases are small; the
 matrix product's tile is 8 x 8 there (4 x 4 threads of 2 x 2, slabs of K of 4) and the
-simulated GPU has 8 SMs, so these shapes still cross several tiles, partial edges and
-split-K. Tolerances: float64 1e-12 relative (only the summation order differs), float32
-1e-5 (idem, in float32), fp16 against the CPU emulation: the same 16-bit values except
-where a different float32 summation order flips one rounding (see each test).
+simulated GPU has 8 SMs, so these shapes (sized from the tile) still cross several tiles,
+partial edges and split-K. Tolerances: float64 1e-12 relative (only the summation order
+differs), float32 1e-5 (idem, in float32), fp16 against the CPU emulation: the same 16-bit
+values except where a different float32 summation order flips one rounding (see each test).
+
+``COURSEKIT_CUDA_TESTS=device`` runs the same equality tests on a real GPU instead
+(``make test-gpu``); there a machine without a usable GPU fails them instead of skipping.
 """
 
 import os
@@ -14,15 +17,26 @@ import os
 import numpy as np
 import pytest
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    pytest.skip("runs in its own process with NUMBA_ENABLE_CUDASIM=1 (see test_nn_cuda.py)",
-                allow_module_level=True)
+ON_DEVICE = os.environ.get("COURSEKIT_CUDA_TESTS") == "device"
+if ON_DEVICE:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.fail("COURSEKIT_CUDA_TESTS=device runs these tests on a real GPU: unset "
+                    "NUMBA_ENABLE_CUDASIM", pytrace=False)
+    from numba import cuda as _cuda
+
+    if not _cuda.is_available():
+        pytest.fail("COURSEKIT_CUDA_TESTS=device but numba finds no usable CUDA GPU "
+                    "(make test runs these tests in the simulator)", pytrace=False)
+elif os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    pytest.skip("runs in its own process with NUMBA_ENABLE_CUDASIM=1 (see test_nn_cuda.py), "
+                "or on a GPU with COURSEKIT_CUDA_TESTS=device", allow_module_level=True)
 
 from coursekit.nn import MLP, kernels_cuda, reference  # noqa: E402
 from coursekit.nn.mixed_precision import LossScaler, MixedPrecision  # noqa: E402
 
 cuda = kernels_cuda.cuda
 TILE = kernels_cuda.TILE
+M, K, N = TILE.BM + 3, 3 * TILE.BK + 1, TILE.BN + 2  # 11, 13, 10 in the simulator
 ACTS = {0: lambda z: z, 1: lambda z: np.maximum(z, 0), 2: lambda z: 1 / (1 + np.exp(-z)),
         3: np.tanh}
 
@@ -36,9 +50,8 @@ def _operands(rng, m, k, n, trans_a, trans_b, dtype=np.float64):
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False), (True, True)])
 def test_tiled_matmul_matches_numpy(trans_a, trans_b):
     rng = np.random.default_rng(0)
-    m, k, n = 11, 13, 10  # more than one 8 x 8 tile each way, none a multiple; 4 slabs of K
-    assert m > TILE.BM and n > TILE.BN and k > 2 * TILE.BK and m % TILE.BM and n % TILE.BN
-    A, B = _operands(rng, m, k, n, trans_a, trans_b)
+    # more than one tile each way, none a multiple of it; 4 slabs of K, the last one partial
+    A, B = _operands(rng, M, K, N, trans_a, trans_b)
     want = (A.T if trans_a else A) @ (B.T if trans_b else B)
     for splits in (1, 2):  # one pass over K, and split-K (partials, then the reduce kernel)
         got = kernels_cuda._matmul(cuda.to_device(A), cuda.to_device(B), trans_a, trans_b,
@@ -49,8 +62,8 @@ def test_tiled_matmul_matches_numpy(trans_a, trans_b):
 @pytest.mark.parametrize("act", [1, 2, 3])
 def test_matmul_epilogue_adds_the_bias_and_applies_the_activation(act):
     rng = np.random.default_rng(act)
-    A, B = _operands(rng, 10, 13, 9, False, False)
-    b = rng.standard_normal(9)
+    A, B = _operands(rng, M, K, N, False, False)
+    b = rng.standard_normal(N)
     want = ACTS[act](A @ B + b)
     for splits in (1, 3):  # fused in the product's store, or in the split-K reduce
         got = kernels_cuda._matmul(cuda.to_device(A), cuda.to_device(B), False, False,
@@ -67,7 +80,7 @@ def test_matmul_stores_float16_but_accumulates_in_float32():
     assert got.dtype == np.float16
     assert got.copy_to_host()[0, 0] == np.float16(1 + (k - 1) * 2.0**-11) != 1
     rng = np.random.default_rng(3)
-    A, B = _operands(rng, 11, 13, 10, True, False, np.float16)
+    A, B = _operands(rng, M, K, N, True, False, np.float16)
     got = kernels_cuda._matmul(cuda.to_device(A), cuda.to_device(B), True, False).copy_to_host()
     want = (A.T.astype(np.float32) @ B.astype(np.float32)).astype(np.float16)
     # float32 sums in another order: at most one fp16 rounding apart
@@ -165,3 +178,28 @@ def test_an_engine_binds_the_gpu_of_its_local_rank(monkeypatch):
     assert MLP([3, 2], device="cuda").device == "cuda"
     assert kernels_cuda.bind_engine_gpu() == 3 % len(cuda.gpus)
     kernels_cuda.bind_engine_gpu.cache_clear()
+
+
+def test_a_timed_gpu_step_is_staged_computed_and_staged_back_with_the_same_result():
+    from contextlib import contextmanager
+
+    parts = []
+
+    @contextmanager
+    def timer(part):
+        parts.append(part)
+        yield
+
+    rng = np.random.default_rng(4)
+    X, y = rng.standard_normal((5, 4)), rng.integers(0, 3, 5)
+    gpu = MLP((4, 6, 3), dtype=np.float64, seed=1, device="cuda")
+    want_loss, want_grad = gpu.loss_and_grad(X, y)
+    grad = np.empty_like(gpu.params)
+    loss, out = gpu.loss_and_grad(X, y, out=grad, timer=timer)
+    assert parts == ["stage", "compute", "stage"] and out is grad
+    assert loss == want_loss and np.array_equal(grad, want_grad)
+    cpu_loss, cpu_grad = MLP((4, 6, 3), dtype=np.float64, seed=1).loss_and_grad(X, y)
+    np.testing.assert_allclose(grad, cpu_grad, rtol=1e-12, atol=1e-14)
+    parts.clear()
+    MLP((4, 6, 3), seed=1).loss_and_grad(X, y, timer=timer)
+    assert parts == ["compute"]  # nothing to stage on the CPU

@@ -46,3 +46,17 @@ def test_a_slow_recorder_stretches_compute_to_slow_factor_times_and_refuses_a_sp
     assert span.kind == "compute" and span.duration >= 3.0 * inner  # spins 2x after the block
     with pytest.raises(ValueError, match=r"slow_factor must be >= 1 \(1 = normal speed\)"):
         SpanRecorder(0, slow_factor=0.5)
+
+
+def test_part_stretches_a_stragglers_compute_but_not_its_staging():
+    rec = SpanRecorder(1, slow_factor=5.0)
+    inner = {}
+    for kind in ("compute", "stage"):
+        with rec.part(kind):
+            t0 = now()
+            sum(range(20000))
+            inner[kind] = now() - t0
+    compute, stage = rec.take()
+    assert (compute.kind, stage.kind) == ("compute", "stage")
+    assert compute.duration >= 5.0 * inner["compute"]  # a slower processor ...
+    assert stage.duration < 2.0 * inner["stage"] + 1e-3  # ... copies at the link's speed

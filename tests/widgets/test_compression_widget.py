@@ -37,7 +37,7 @@ def test_run_button_calls_the_experiment_with_the_controls():
     result = panel.results[-1]
     assert result.p == 2 and len(result.test_accuracy) == 2
     assert f"{result.final_accuracy:.1%}" in panel.status.value
-    assert panel.status.value.endswith(exchange_comparison(result, ALPHA, BETA))
+    assert panel.status.value.endswith(exchange_comparison(result, ALPHA, BETA) + "; 2 ranks on cpu")
     steps = result.steps_per_epoch * 2
     plain = steps * predict_seconds("allreduce", 2, 4 * result.n_params, ALPHA, BETA)
     assert f"over the run's {steps} steps" in panel.status.value
@@ -143,3 +143,10 @@ def test_int8_forward_is_close_to_the_float_forward():
     out = quantize_mlp(mlp).forward(data.X_test[:50])
     ref = mlp.forward(data.X_test[:50])
     assert np.abs(out - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_the_panels_device_reaches_the_config_and_bad_ones_are_refused():
+    panel = CompressionPanel(link=LINK, max_workers=2, device="auto", runner=THREADS)
+    assert panel.config().device == "auto"
+    with pytest.raises(ValueError, match="allowed: cpu, cuda, auto"):
+        CompressionPanel(link=LINK, max_workers=2, device="gpu", runner=THREADS)

@@ -47,6 +47,7 @@ def test_panel_runs_with_the_controls_values(data):
     assert panel.plot.value[:4] == b"\x89PNG"
     parts = r.step_breakdown()
     assert panel.status.value.startswith(str(parts))
+    assert panel.status.value.endswith("; 3 ranks on cpu")
 
 
 def test_step_breakdown_parts_add_up_and_none_is_negative(data):
@@ -92,3 +93,10 @@ def test_experiments_and_their_plots(data):
                 dpv.plot_scaling(sc), dpv.plot_run(train(THREADS, BASE, *data, workers=2))):
         assert fig.axes and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes
                                 if ax.get_yticklabels()[0].get_text() != "rank 0")
+
+
+def test_the_panels_device_reaches_the_config_and_bad_ones_are_refused(data):
+    panel = w.DataParallelPanel(base=BASE, data=data[0], device="auto", runner=THREADS)
+    assert panel.config().device == "auto" and BASE.device == "cpu"
+    with pytest.raises(ValueError, match="allowed: cpu, cuda, auto"):
+        w.DataParallelPanel(base=BASE, data=data[0], device="gpu", runner=THREADS)

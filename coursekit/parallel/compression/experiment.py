@@ -29,6 +29,7 @@ import numpy as np
 
 from coursekit import checks
 from coursekit.data import Dataset, load_digits
+from coursekit.nn.mlp import check_device
 from coursekit.parallel import data_parallel
 from coursekit.parallel.data_parallel import DPConfig
 from coursekit.cluster.runner import Runner
@@ -45,6 +46,8 @@ class CompressionConfig:
 
     ``batch_size`` is per worker (the global batch is p times larger); ``lr`` is SGD's;
     ``seed``: the initial weights, the shuffling and the stochastic compressors.
+    ``device``: where the workers compute their gradients, as :class:`DPConfig`'s ("cpu",
+    "cuda", "auto"); the compressed exchange itself runs on the host.
     """
 
     compressor: str = "none"
@@ -55,6 +58,7 @@ class CompressionConfig:
     lr: float = 0.1
     hidden: int = 64
     seed: int = 0
+    device: str = "cpu"
 
     def __post_init__(self):
         if self.compressor not in COMPRESSORS:
@@ -65,6 +69,7 @@ class CompressionConfig:
         checks.real(self.lr, "lr", above=0)
         checks.integer(self.seed, "seed", at_least=0)
         checks.boolean(self.error_feedback, "error_feedback")
+        check_device(self.device)
         # the model (n_features, hidden, n_classes) has at least 4 x hidden float32 weights
         checks.fits_in_memory(4 * 4 * self.hidden, f"hidden={self.hidden}",
                               f"a model with {self.hidden:,} hidden units (at least 4 x hidden "
@@ -89,7 +94,8 @@ class CompressionResult:
     over ranks); ``seconds``: training time, a step lasting as long as its slowest rank
     (chapter 3's convention; reading data and evaluating excluded); ``exchange_seconds``:
     of it, the slowest rank's time inside :func:`exchange` (compress, communicate,
-    decompress); ``params``: the final parameters of every rank (they must all be equal).
+    decompress); ``params``: the final parameters of every rank (they must all be equal);
+    ``devices``: where each rank computed ("cpu" or "cuda:<id>").
     """
 
     config: CompressionConfig
@@ -103,6 +109,7 @@ class CompressionResult:
     seconds: np.ndarray
     exchange_seconds: np.ndarray
     params: list
+    devices: list
 
     @property
     def collective(self) -> str:
@@ -209,10 +216,11 @@ class RankGradientSum:
 
 def dp_config(config: CompressionConfig, data, p: int) -> DPConfig:
     """Chapter 3's settings for ``config`` on p workers: the global batch is p x the
-    per-worker batch, whole gradients are summed (the hook), rank 0 evaluates every epoch."""
+    per-worker batch, whole gradients are summed (the hook), rank 0 evaluates every epoch,
+    the workers compute on ``config.device``."""
     dp = DPConfig(sizes=(data.n_features, config.hidden, data.n_classes), seed=config.seed,
                   batch_size=config.batch_size * p, epochs=config.epochs, lr=config.lr,
-                  timeline_steps=0)
+                  timeline_steps=0, device=config.device)
     return replace(dp, eval_every=dp.total_steps(len(data.X_train)) // config.epochs)
 
 
@@ -253,7 +261,8 @@ def _per_epoch(config: CompressionConfig, run: data_parallel.DPResult) -> Compre
         train_loss=run.loss.reshape(config.epochs, per_epoch).mean(axis=1),
         payload_bytes=at_ends("payload_bytes", np.mean), wire_bytes=at_ends("wire_bytes", np.mean),
         seconds=np.cumsum(run.step_s.max(axis=0))[ends],
-        exchange_seconds=at_ends("exchange_seconds", np.max), params=run.rank_params)
+        exchange_seconds=at_ends("exchange_seconds", np.max), params=run.rank_params,
+        devices=run.devices)
 
 
 __all__ = ["CompressionConfig", "CompressionResult", "GradientSum", "RankGradientSum",

@@ -9,6 +9,8 @@
 
 * :mod:`.sync_sgd` - the worker's step (:func:`train_worker`) and :func:`train` on a runner;
 * :mod:`.config` / :mod:`.results` - :class:`DPConfig` in, :class:`DPResult` out;
+  ``DPConfig(device="cuda")`` computes every worker's gradient on its GPU: a step is then
+  t_compute + t_stage + t_comm ("stage" spans: host <-> device copies; ``DPResult.devices``);
 * :mod:`.strategies` - the exchange strategies: allreduce, parameter server or averaging, and their cost formulas;
   :mod:`.buckets` - gradient buckets overlapped with the backward pass;
 * :mod:`.sampler` - each worker's rows of the global batch; :mod:`.lr_rules` - the

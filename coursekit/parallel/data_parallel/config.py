@@ -13,7 +13,7 @@ from coursekit import checks
 from coursekit.collectives import ALGORITHMS
 from coursekit.nn import activations
 from coursekit.nn.layout import check_fits, check_sizes
-from coursekit.nn.mlp import LOSSES, check_dtype
+from coursekit.nn.mlp import LOSSES, check_device, check_dtype
 
 from .lr_rules import check_rule
 
@@ -39,6 +39,12 @@ class DPConfig:
     chapter 2's); ``average_every`` = k for local SGD; ``bucket_bytes`` splits the gradient
     into buckets of that many bytes (allreduce only; None = one piece) that are reduced
     while the backward pass still runs when ``overlap``.
+    Device: ``device`` where every worker computes its gradient: "cpu", "cuda" (each
+    engine the GPU of its local rank) or "auto" (the GPU where numba finds one). On a GPU a
+    step is t_compute + t_stage + t_comm, t_stage the host <-> device copies (the flat
+    buffer stays on the host, where it is exchanged); the overlapped backward
+    (``bucket_bytes`` with ``overlap``) runs layer by layer in NumPy on the host, so it
+    refuses "cuda" and computes on the CPU with "auto" (:attr:`worker_device`).
     Faults: ``straggler_rank`` computes ``slow_factor`` times slower; ``crash_rank``
     dies at the start of step ``crash_step``.
     Checkpoints: every ``checkpoint_every`` steps into ``checkpoint_dir``.
@@ -63,6 +69,7 @@ class DPConfig:
     average_every: int = 1
     bucket_bytes: int | None = None
     overlap: bool = True
+    device: str = "cpu"
     straggler_rank: int | None = None
     slow_factor: float = 1.0
     crash_rank: int | None = None
@@ -104,6 +111,12 @@ class DPConfig:
                 raise ValueError(f"bucket_bytes applies to exchange='allreduce' only (got "
                                  f"exchange={self.exchange!r}); use bucket_bytes=None")
         checks.boolean(self.overlap, "overlap")
+        check_device(self.device)
+        if self.device == "cuda" and self.overlapping:
+            raise ValueError("device='cuda' cannot overlap buckets with the backward pass: the "
+                             "overlapped backward runs layer by layer in NumPy on the host; use "
+                             "overlap=False (buckets reduced after the fused GPU backward), "
+                             "bucket_bytes=None, or device='cpu'")
         checks.real(self.slow_factor, "slow_factor", at_least=1)
         if (self.crash_rank is None) != (self.crash_step is None):
             raise ValueError("give both crash_rank and crash_step, or neither")
@@ -117,6 +130,17 @@ class DPConfig:
         checks.integer(self.eval_every, "eval_every", at_least=0)
         checks.integer(self.timeline_steps, "timeline_steps", at_least=0)
         checks.real(self.publish_interval, "publish_interval", at_least=0)
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether buckets are reduced while the backward pass runs (bucket_bytes and overlap)."""
+        return self.bucket_bytes is not None and self.overlap
+
+    @property
+    def worker_device(self) -> str:
+        """The device each worker's MLP is built with: ``device``, except "cpu" for the
+        overlapped backward (host NumPy, layer by layer), where "auto" computes on the CPU."""
+        return "cpu" if self.overlapping else self.device
 
     def check_workers(self, n_workers) -> int:
         """N itself; ValueError when this run cannot use N workers."""
@@ -143,7 +167,8 @@ class DPConfig:
         resumed (:mod:`coursekit.parallel.checkpoint`). Left out, since a resumed run may
         change them: the length (epochs, max_steps), faults, checkpointing, reporting, and
         how the sum is computed (algorithm, buckets, overlap: the same sum, rounded in
-        another order)."""
+        another order), and where it is computed (device: the same model, so a checkpoint
+        of a CPU run resumes on GPUs and back)."""
         keep = {k: v for k, v in asdict(self).items()
                 if k in ("sizes", "activation", "loss", "dtype", "seed", "batch_size", "lr",
                          "lr_rule", "warmup_steps", "momentum", "exchange", "average_every")}

@@ -10,8 +10,8 @@ that runner, so the notebook, the widget panel, the benchmark and the tests shar
   accuracy for every learning-rate rule.
 * :func:`straggler_sweep` - one worker slower by a factor: everybody's step time.
 * :func:`weak_scaling` - weak scaling (n per worker fixed) on 1, 2, 4 workers: step time split
-  into compute and communication, efficiency T_1 / T_N, against the cost model's
-  T_N ~ t_compute + t_comm(N).
+  into compute, staging (host <-> GPU copies, 0 on the CPU) and communication, efficiency
+  T_1 / T_N, against the cost model's T_N ~ t_compute + t_stage + t_comm(N).
 """
 
 from __future__ import annotations
@@ -123,18 +123,21 @@ def straggler_sweep(runner, config, data, n: int, factors, rank: int = 0, *,
 
 @dataclass(frozen=True)
 class Scaling:
-    """Weak scaling: one entry per number of workers (seconds per step)."""
+    """Weak scaling: one entry per number of workers (seconds per step); ``stage``: the
+    host <-> device copies (0 on the CPU)."""
 
     workers: np.ndarray
     step: np.ndarray
     compute: np.ndarray
+    stage: np.ndarray
     comm: np.ndarray
     predicted_comm: np.ndarray
 
     @property
     def predicted_step(self) -> np.ndarray:
-        """The model: the one-worker compute plus the predicted communication."""
-        return self.compute[0] + self.predicted_comm
+        """The model: T_N = t_compute + t_stage + t_comm(N), with the one-worker compute and
+        staging (both independent of N in weak scaling) and the predicted communication."""
+        return self.compute[0] + self.stage[0] + self.predicted_comm
 
     @property
     def efficiency(self) -> np.ndarray:
@@ -156,8 +159,9 @@ def weak_scaling(runner, config, data, workers, alpha: float, beta: float, gamma
     rows = []
     for n in workers:
         res = run(replace(config, batch_size=n_each * int(n)), int(n))
-        rows.append((res.time_per_step, res.compute_per_step, res.comm_per_step,
+        rows.append((res.time_per_step, res.compute_per_step, res.stage_per_step,
+                     res.comm_per_step,
                      predict_comm(config.exchange, config.algorithm, int(n), nbytes, alpha, beta,
                                   gamma, config.average_every, config.bucket_bytes)))
-    step, compute, comm, pred = np.array(rows).T
-    return Scaling(workers, step, compute, comm, pred)
+    step, compute, stage, comm, pred = np.array(rows).T
+    return Scaling(workers, step, compute, stage, comm, pred)

@@ -15,22 +15,27 @@ __all__ = ["DPResult", "RankResult", "StepBreakdown", "combine_ranks"]
 class StepBreakdown:
     """Mean seconds per step, split so the parts add up to the whole:
 
-        step = compute (slowest rank) + communication (the rank that waited least)
+        step = compute (slowest rank) + stage (host <-> device copies; 0 on the CPU)
+               + communication (the rank that waited least)
                + other (waiting for ranks that arrived late, Python between the spans)
 
-    Per step, the longest rank's time >= the slowest compute + the least exposed
-    communication, so ``other`` is never negative.
+    ``stage`` is what staging adds to the slowest rank's work: max_k (compute_k + stage_k)
+    - max_k compute_k. Per step, the longest rank's time >= max_k (compute_k + stage_k) +
+    the least exposed communication, so ``other`` is never negative.
     """
 
     step: float
     compute: float
     communication: float
     other: float
+    stage: float = 0.0
 
     def __str__(self) -> str:
         ms = lambda s: f"{s * 1e3:.2f}"  # noqa: E731
-        return (f"{ms(self.step)} ms/step on average = compute {ms(self.compute)} (slowest rank) + communication "
-                f"{ms(self.communication)} + other {ms(self.other)} (waiting for late ranks, Python overhead)")
+        stage = f" + stage {ms(self.stage)} (host <-> GPU copies)" if self.stage else ""
+        return (f"{ms(self.step)} ms/step on average = compute {ms(self.compute)} (slowest rank)"
+                f"{stage} + communication {ms(self.communication)} + other {ms(self.other)} "
+                f"(waiting for late ranks, Python overhead)")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class RankResult:
     eval_steps: np.ndarray    # rank 0 only: steps after which the test accuracy was taken
     test_accuracy: np.ndarray
     hook_log: dict | None = None  # what the gradient_sum hook recorded (its ``log``), if any
+    device: str = "cpu"           # where this worker computed: "cpu" or "cuda"
+    stage_s: np.ndarray | None = None  # host <-> device copies per step (0 on the CPU)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,11 @@ class DPResult:
     exposed communication of a rank is its step time minus its compute, and
     ``comm_per_step`` takes the rank that waited least (the last to arrive waits for
     nobody, so its exchange time is the communication itself).
+
+    On GPUs a step is t_compute + t_stage + t_comm: ``stage_s`` (N, T) holds each rank's
+    host <-> device copies (None when every rank computed on the CPU: nothing staged),
+    ``devices`` where each rank computed, and the exposed communication is the step time
+    minus compute minus stage.
     """
 
     config: DPConfig
@@ -80,6 +92,12 @@ class DPResult:
     eval_steps: np.ndarray
     test_accuracy: np.ndarray
     hook_logs: list  # per rank: the gradient_sum hook's ``log`` (None without a hook)
+    devices: list    # per rank: "cpu" or "cuda:<id>" (MLP.device_name)
+    stage_s: np.ndarray | None = None
+
+    def _stage_or_zeros(self) -> np.ndarray:
+        """``stage_s``, or zeros like ``step_s`` when nothing was staged (CPU run)."""
+        return np.zeros_like(self.step_s) if self.stage_s is None else self.stage_s
 
     @property
     def params(self) -> np.ndarray:
@@ -98,16 +116,31 @@ class DPResult:
         return float(np.median(self.compute_s.max(axis=0)))
 
     @property
+    def stage_per_step(self) -> float:
+        """Median over steps of what staging adds to the slowest rank's work (see
+        :class:`StepBreakdown`); 0 on the CPU."""
+        return float(np.median(self._stage_added()))
+
+    @property
     def comm_per_step(self) -> float:
-        return float(np.median((self.step_s - self.compute_s).min(axis=0)))
+        return float(np.median(self._exposed_comm()))
+
+    def _stage_added(self) -> np.ndarray:
+        """Per step: max_k (compute_k + stage_k) - max_k compute_k."""
+        return (self.compute_s + self._stage_or_zeros()).max(axis=0) - self.compute_s.max(axis=0)
+
+    def _exposed_comm(self) -> np.ndarray:
+        """Per step: min_k (step_k - compute_k - stage_k)."""
+        return (self.step_s - self.compute_s - self._stage_or_zeros()).min(axis=0)
 
     def step_breakdown(self) -> StepBreakdown:
         """The mean step split into parts that add up (see :class:`StepBreakdown`)."""
         step = self.step_s.max(axis=0).mean()
         compute = self.compute_s.max(axis=0).mean()
-        communication = (self.step_s - self.compute_s).min(axis=0).mean()
+        stage = self._stage_added().mean()
+        communication = self._exposed_comm().mean()
         return StepBreakdown(float(step), float(compute), float(communication),
-                             float(step - compute - communication))
+                             float(step - compute - stage - communication), float(stage))
 
     def bytes_sent(self) -> np.ndarray:
         """Bytes each rank sent per step, over the traced last steps."""
@@ -124,7 +157,8 @@ class DPResult:
 
 
 def combine_ranks(config: DPConfig, results: list[RankResult]) -> DPResult:
-    """Stack the ranks' results; RuntimeError if synchronous workers ended with different models."""
+    """Stack the ranks' results; RuntimeError if synchronous workers ended with different models.
+    ``stage_s`` is kept when some rank computed on a GPU."""
     for r in results[1:]:
         if not np.array_equal(r.params, results[0].params):
             raise RuntimeError(f"rank {r.rank} ended with parameters different from rank 0's: "
@@ -134,4 +168,5 @@ def combine_ranks(config: DPConfig, results: list[RankResult]) -> DPResult:
                     stack("loss"), stack("weight"), results[0].lr, stack("step_s"),
                     stack("compute_s"), stack("io_s"), [s for r in results for s in r.spans],
                     [r.trace for r in results], results[0].eval_steps, results[0].test_accuracy,
-                    [r.hook_log for r in results])
+                    [r.hook_log for r in results], [r.device for r in results],
+                    stack("stage_s") if any(r.device != "cpu" for r in results) else None)

@@ -78,7 +78,7 @@ class Exchange:
 
     @property
     def overlapping(self) -> bool:
-        return self.reducer is not None and self.cfg.overlap
+        return self.cfg.overlapping
 
     def begin(self, grad: np.ndarray, weight: float) -> None:
         if self.reducer is not None:  # a Python float keeps float32 buffers float32

@@ -3,7 +3,8 @@
 Step t on worker k of N (the lecture's "Data parallel synchronous SGD"):
 
 1. read its n_k rows of the global batch of B = sum_k n_k rows (:mod:`.sampler`);
-2. forward + backward on them: the local mean gradient g_k;
+2. forward + backward on them: the local mean gradient g_k (on ``config.device``; on a GPU
+   the parameters and rows are staged to it and g_k back, recorded as "stage" spans);
 3. combine: g = sum_k (n_k / B) g_k, which IS the gradient of the serial batch of B rows
    (allreduce, parameter server or parameter averaging: :mod:`.strategies`);
 4. update: w <- w - eta_t g, with eta_t from the learning-rate rule (:mod:`.lr_rules`).
@@ -17,6 +18,9 @@ worker that dies stops the run: the others time out waiting for it, and the run'
 ``resume=True`` continues from the newest complete checkpoint whose files are intact and this
 run's (damaged files and other runs' are skipped with a warning naming each and why) and gives
 the uninterrupted run's parameters.
+
+Per step: t_step = t_compute + t_stage + t_comm (t_stage = 0 on the CPU), each worker's
+``compute_s``, ``stage_s`` and the rest of ``step_s`` in :class:`RankResult`.
 
 Run it with :func:`train` on a runner (ThreadComm ranks or engines, :mod:`coursekit.cluster.runner`);
 it returns a :class:`DPResult`. Set ``config.bucket_bytes`` to
@@ -46,7 +50,7 @@ from .strategies import Exchange, check_gradient_sum
 from .lr_rules import LRSchedule
 from .sampler import Sampler
 from ..checkpoint import RankState
-from ..spans import COMPUTE_KINDS, SpanRecorder, step_totals
+from ..spans import COMPUTE_KINDS, STAGE_KINDS, SpanRecorder, step_totals
 
 __all__ = ["DPConfig", "DPResult", "RankResult", "WorkerCrashed", "train", "train_worker"]
 
@@ -68,15 +72,14 @@ def _crash(rank: int, step: int) -> None:
 def _local_gradient(mlp, X, y, grad, exchange, rec) -> float:
     """Mean loss of (X, y); its gradient into ``grad``.
 
-    Without overlap: one fused Numba call. With overlap: layer by layer in NumPy
-    (:mod:`coursekit.nn.reference`), launching every bucket the moment its last layer's
-    gradient exists. NumPy's matrix products release the GIL, so the reducer thread
-    communicates while the earlier layers compute (the Numba kernels hold the GIL).
+    Without overlap: one fused call (Numba on the CPU; on a GPU staged in, computed, staged
+    out, timed as "stage", "compute", "stage" spans). With overlap (CPU only): layer by
+    layer in NumPy (:mod:`coursekit.nn.reference`), launching every bucket the moment its
+    last layer's gradient exists. NumPy's matrix products release the GIL, so the reducer
+    thread communicates while the earlier layers compute (the Numba kernels hold the GIL).
     """
     if not exchange.overlapping:
-        with rec.compute("compute"):
-            loss, _ = mlp.loss_and_grad(X, y, out=grad, validate=False)
-        return loss
+        return mlp.loss_and_grad(X, y, out=grad, validate=False, timer=rec.part)[0]
     with rec.compute("forward"):
         acts = reference.forward(mlp.params, mlp.sizes, mlp.activation, X)
         loss_fn = reference.softmax_xent if mlp.loss == "softmax_xent" else reference.mse
@@ -112,7 +115,8 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     n, rank = cfg.check_workers(comm.size), comm.rank
     resume = checks.boolean(resume, "resume")
     source = as_source(data)
-    mlp = MLP(cfg.sizes, cfg.activation, cfg.loss, dtype=cfg.dtype, seed=cfg.seed)
+    mlp = MLP(cfg.sizes, cfg.activation, cfg.loss, dtype=cfg.dtype, seed=cfg.seed,
+              device=cfg.worker_device)
     opt = make_optimizer(mlp.params, cfg.lr, cfg.momentum)
     schedule = LRSchedule(cfg.lr, cfg.lr_rule, n, cfg.warmup_steps)
     sampler = Sampler(len(source), cfg.batch_size, cfg.seed)
@@ -124,7 +128,8 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
     reporter = live.Reporter(cfg.publish_interval, series=("loss", "weight", "step_s"))
     grad = np.empty_like(mlp.params)
     steps = max(total - start, 0)
-    loss, weight, lr, step_s, compute_s, io_s = (np.full(steps, np.nan) for _ in range(6))
+    loss, weight, lr, step_s, compute_s, stage_s, io_s = (np.full(steps, np.nan)
+                                                          for _ in range(7))
     window = max(start, total - cfg.timeline_steps)
     kept_spans: deque = deque()
     evals: list[tuple[int, float]] = []
@@ -151,6 +156,7 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
             spans = rec.take()
             io_s[i], step_s[i] = t1 - t0, now() - t1
             compute_s[i] = step_totals(spans, COMPUTE_KINDS)
+            stage_s[i] = step_totals(spans, STAGE_KINDS)
             if step >= window:
                 kept_spans.extend(spans)
             if rank == 0 and eval_data is not None and (
@@ -169,7 +175,8 @@ def train_worker(comm, config: DPConfig, data, eval_data=None, *, resume: bool =
         comm.tracing = was_tracing
     ev = np.array(evals, dtype=float).reshape(-1, 2)
     return RankResult(rank, start, mlp.params.copy(), loss, weight, lr, step_s, compute_s, io_s,
-                      list(kept_spans), trace, ev[:, 0].astype(int), ev[:, 1], exchange.hook_log)
+                      list(kept_spans), trace, ev[:, 0].astype(int), ev[:, 1], exchange.hook_log,
+                      device=mlp.device_name, stage_s=stage_s)
 
 
 def _velocity(opt) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 
 from coursekit import checks
 from coursekit.nn import layout
-from coursekit.nn.mlp import check_dtype
+from coursekit.nn.mlp import check_device, check_dtype
 from coursekit.parallel.param_server.consistency import MODELS
 from coursekit.parallel.param_server.protocol import PSTopology
 
@@ -38,6 +38,12 @@ class PSConfig:
     checkpoint_every / checkpoint_dir: every shard saves its state each time its version
     is a multiple of checkpoint_every; resume: restart from the latest checkpoint there.
     eval_every: a worker snapshots the weights it pulled every eval_every steps.
+    device: where each worker computes its gradients, "cpu", "cuda" or "auto" (the GPU
+    when its engine has one; on a cluster engine i drives GPU local_rank % n_gpus): each
+    worker builds its MLP with it. The shards stay on the host whatever it says: a server
+    only adds gradients into its range and sends weights over the Comm, work the host does
+    at memory speed, and its weights are what the Comm sends. Not in :meth:`fingerprint`:
+    a run resumed on another device follows the same trajectory up to rounding.
     """
 
     model: str = "ssp"
@@ -62,6 +68,7 @@ class PSConfig:
     checkpoint_dir: str | None = None
     resume: bool = False
     eval_every: int = 10
+    device: str = "cpu"
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -85,6 +92,7 @@ class PSConfig:
         checks.real(self.momentum, "momentum", at_least=0, below=1)
         layout.check_fits(self.sizes, check_dtype(self.dtype).itemsize)
         checks.integer(self.seed, "seed", at_least=0)
+        check_device(self.device)
         worker_timeout = checks.real(self.worker_timeout, "worker_timeout", above=0, hint=_SECONDS)
         checks.real(self.timeout, "timeout", above=0, hint=_SECONDS)
         checks.real(self.jitter, "jitter", at_least=0, hint=_SECONDS)

@@ -76,7 +76,8 @@ class WorkerReport:
     or "send" (pushing), for a per-worker timeline. ``curve_*``: at each snapshot, the time,
     the gradients the weights contained (shard 0's ``applied``) and their test accuracy
     (at most :data:`MAX_CURVE_POINTS`: a longer run keeps every other one, see
-    :class:`coursekit.cluster.live.Reporter`).
+    :class:`coursekit.cluster.live.Reporter`). ``device``: where it computed its gradients,
+    "cpu" or "cuda:<id>" (:attr:`coursekit.nn.MLP.device_name`; the shards are on the host).
     """
 
     worker: int
@@ -90,6 +91,7 @@ class WorkerReport:
     curve_t: np.ndarray
     curve_applied: np.ndarray
     curve_accuracy: np.ndarray
+    device: str = "cpu"
 
     @property
     def throughput(self) -> float:
@@ -147,6 +149,11 @@ class PSResult:
 
     def _per_worker(self, attr: str) -> np.ndarray:
         return np.array([getattr(w, attr) if w is not None else np.nan for w in self.workers])
+
+    @property
+    def devices(self) -> list:
+        """Where each worker computed, "cpu" or "cuda:<id>" (None: its process was lost)."""
+        return [w.device if w is not None else None for w in self.workers]
 
     @property
     def idle_s(self) -> np.ndarray:

@@ -45,7 +45,7 @@ class Worker:
         self.t0 = now()  # the caller resets it at the start barrier
         self.rank = topology.worker_ranks[worker]
         self.ranges = topology.ranges(config.n_params)
-        self.mlp = MLP(config.sizes, dtype=config.dtype, seed=config.seed)
+        self.mlp = MLP(config.sizes, dtype=config.dtype, seed=config.seed, device=config.device)
         X, y = shard(data.X_train, data.y_train, worker, topology.workers)
         self.X, self.y = self.mlp.check_batch(X, y)
         self.X_test, self.y_test = data.X_test, data.y_test
@@ -155,4 +155,5 @@ class Worker:
         self.reporter.close()
         return WorkerReport(self.worker, status, self.steps, wall, total["compute"], total["idle"],
                             total["send"], self.spans, np.array(curve["t"]),
-                            np.array(curve["applied"], np.int64), np.array(curve["accuracy"]))
+                            np.array(curve["applied"], np.int64), np.array(curve["accuracy"]),
+                            self.mlp.device_name)

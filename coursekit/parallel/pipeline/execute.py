@@ -14,6 +14,12 @@ Each action runs what its letter says (:mod:`.actions`): F each layer's ``forwar
 G * sigma'(A), G_prev = delta W^T, keeping delta; W (weight gradient) dW += A_prev^T delta,
 db += sum(delta), from I's delta; I and W in NumPy (layers compute Z = A_prev W + b).
 
+Devices: F and B run the layers' kernels, so on the GPU for an MLP with ``device="cuda"``
+(each rank on its engine's GPU); the loss at the last stage and the hand-overs stay on
+the host. I and W are NumPy on the host, so a schedule that splits the backward
+(zero-bubble) is refused for a CUDA MLP (:func:`check_step`): its measured timeline would
+compare GPU F with host I and W.
+
 Activation recomputation (``recompute=True``, "gradient checkpointing"): F keeps only each
 stage's input A^0 of a micro-batch, not the outputs of the stage's k layers; B runs the
 stage's forward again from A^0 before its backward. Activation memory per in-flight
@@ -24,6 +30,7 @@ gradients are bit for bit the same (the same forward, the same numbers).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +63,7 @@ class StepResult:
     timeline: list[Span]
     peak_activation_bytes: int = 0  # most activation bytes this rank held at once
     layer_forwards: int = 0         # layer forwards run, recomputed ones included
+    device: str = "cpu"             # where this rank computed: "cpu" or "cuda:<id>"
 
 
 def stage_layers(n_layers: int, n_stages: int) -> list[range]:
@@ -83,6 +91,12 @@ def check_step(schedule: Schedule, mlp, X, y, recompute):
     checks.instance(mlp, "mlp", MLP, " (coursekit.nn.MLP)")
     m, S = schedule.microbatches, schedule.n_stages
     stages = stage_layers(len(mlp.layers), S)
+    split = sorted({a.kind for acts in schedule.actions for a in acts} & {"I", "W"})
+    if split and mlp.device == "cuda":
+        raise ValueError(f"schedule {schedule.name!r} splits the backward ({' and '.join(split)} "
+                         "actions), which runs in NumPy on the host, but the MLP computes on "
+                         "device='cuda'; allowed: a schedule with full backwards (B: gpipe, "
+                         "1f1b, interleaved_1f1b), or an MLP with device='cpu'")
     X, y = mlp.check_batch(X, y)
     if len(X) < m:
         raise ValueError(f"the batch has {len(X)} rows, fewer than the {m} micro-batches; "
@@ -187,7 +201,8 @@ def execute(comm, schedule: Schedule, mlp, X, y, *, recompute: bool = False) -> 
             out_grads[s, i] = comm.recv(schedule.rank_of(s + 1), _tag(1, s, i, m))
         if act.is_compute:
             spans.append(Span.of_action(rank, act, t0, now()))
-    return StepResult(rank, float(loss), grad, spans, memory["peak"], memory["forwards"])
+    return StepResult(rank, float(loss), grad, spans, memory["peak"], memory["forwards"],
+                      mlp.device_name)
 
 
 @dataclass(frozen=True)
@@ -196,7 +211,7 @@ class PipelineRun:
 
     ``timeline[r]``: rank r's measured Spans in seconds from the earliest start, directly
     comparable with ``simulate(...).timeline``; ``peak_activation_bytes[r]`` and
-    ``layer_forwards[r]``: rank r's (see :class:`StepResult`).
+    ``layer_forwards[r]`` and ``devices[r]``: rank r's (see :class:`StepResult`).
     """
 
     loss: float
@@ -204,6 +219,7 @@ class PipelineRun:
     timeline: list[list[Span]]
     peak_activation_bytes: list[int]
     layer_forwards: list[int]
+    devices: list = dataclasses.field(default_factory=list)
 
 
 def combine_ranks(results: list[StepResult]) -> PipelineRun:
@@ -212,7 +228,7 @@ def combine_ranks(results: list[StepResult]) -> PipelineRun:
     timeline = [[s._replace(start=s.start - t0, end=s.end - t0) for s in r.timeline] for r in results]
     return PipelineRun(sum(r.loss for r in results), sum(r.grad for r in results), timeline,
                        [r.peak_activation_bytes for r in results],
-                       [r.layer_forwards for r in results])
+                       [r.layer_forwards for r in results], [r.device for r in results])
 
 
 def run_pipeline(runner, schedule: Schedule, data, *, mlp, recompute: bool = False,
