@@ -410,17 +410,25 @@ def _splits(M: int, N: int, K: int, tile: Tile) -> int:
 
 
 _NO_BIAS: dict = {}
-_WORKSPACE: dict = {}
+_THIS_THREAD = threading.local()
 
 
 def _workspace(shape, dtype):
     """A device buffer for split-K partials, reused across calls (kernels on one stream run in
-    order, so the reduce has read it before the next product writes it): no allocation a call."""
+    order, so the reduce has read it before the next product writes it): no allocation a call.
+
+    One per thread: ranks that are threads of one process (ThreadComm) share the GPU's
+    stream, and with one shared buffer a rank's product could overwrite another's partials
+    between its two kernels (seen once on an H200: 2 thread ranks of float32 data-parallel
+    SGD left the CPU's parameters)."""
+    buffers = getattr(_THIS_THREAD, "workspace", None)
+    if buffers is None:
+        buffers = _THIS_THREAD.workspace = {}
     key = (np.dtype(dtype), _device_id())
     size = int(np.prod(shape))
-    buf = _WORKSPACE.get(key)
+    buf = buffers.get(key)
     if buf is None or buf.size < size:
-        buf = _WORKSPACE[key] = cuda.device_array(max(size, 1 << 16), dtype=dtype)
+        buf = buffers[key] = cuda.device_array(max(size, 1 << 16), dtype=dtype)
     return buf[:size].reshape(shape)
 
 

@@ -203,3 +203,22 @@ def test_a_timed_gpu_step_is_staged_computed_and_staged_back_with_the_same_resul
     parts.clear()
     MLP((4, 6, 3), seed=1).loss_and_grad(X, y, timer=timer)
     assert parts == ["compute"]  # nothing to stage on the CPU
+
+
+def test_split_k_workspace_is_one_per_thread():
+    """Thread ranks share the GPU's stream: a shared split-K buffer let one rank's partials
+    overwrite another's between its two kernels (on an H200), so each thread has its own."""
+    import threading
+
+    mine = kernels_cuda._workspace((4, 5), np.float32)
+    mine.copy_to_device(np.ones((4, 5), np.float32))
+    again = kernels_cuda._workspace((4, 5), np.float32)  # reused within a thread
+    np.testing.assert_array_equal(again.copy_to_host(), 1)
+
+    def other_rank():
+        kernels_cuda._workspace((4, 5), np.float32).copy_to_device(np.zeros((4, 5), np.float32))
+
+    worker = threading.Thread(target=other_rank)
+    worker.start()
+    worker.join()
+    np.testing.assert_array_equal(mine.copy_to_host(), 1)
