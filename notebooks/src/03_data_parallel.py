@@ -229,6 +229,29 @@ for n, step, comp, comm, pred in zip(sc.workers, sc.step, sc.compute, sc.comm, s
           f" (predicted comm {pred * 1e3:6.2f} ms)")
 
 # %% [markdown]
+# ### On a GPU cluster: compute + stage + communicate
+#
+# On an instructor's cluster where every engine holds a GPU, `DPConfig(device="cuda")` (or
+# `"auto"`: the GPU where numba finds one) runs each worker's forward and backward on its
+# engine's own GPU (the GPU of its local rank). The Comm still moves host memory, so every
+# step now also copies the parameters and the batch to the GPU and the gradient back: a
+# third term, **staging**, with its own span in the timeline:
+# $T_N = t_\text{compute} + t_\text{stage} + t_\text{comm}(N)$. On a GPU the compute
+# shrinks by one to two orders of magnitude while staging and communication do not, which
+# is why the lectures' large runs are communication-bound. Here the engines have no GPU,
+# so `"auto"` computes on the CPU and stages nothing; the cell checks that the parts add
+# up to the step either way (`make test-gpu` measures the GPU case; README, "On GPUs").
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+auto = data_parallel.train(engines, replace(big, max_steps=10, device="auto"), packed)
+parts = auto.step_breakdown()
+print("ranks computed on:", auto.devices)
+print(parts)
+assert abs(parts.compute + parts.stage + parts.communication + parts.other - parts.step) < 1e-9
+assert (parts.stage > 0) == all(d.startswith("cuda") for d in auto.devices)
+
+# %% [markdown]
 # ## 9. Try it
 #
 # Workers, exchange, allreduce algorithm, learning-rate rule, batch per worker, a

@@ -173,6 +173,11 @@ print("PASS: every rank holds exactly the table's bytes at every stage; the byte
 # Late in training many activation gradients are tiny, and fp16 rounds them to zero.
 # Multiplying the loss by $S = 2^k$ moves every gradient $k$ binades up (exactly: only
 # the exponent changes); the fp32 master gradient is divided by $S$ again.
+#
+# The experiments below emulate the 16-bit formats on the CPU (every value rounded as the
+# format stores it). On a GPU, `MixedPrecision(..., device="cuda")` runs the same step with
+# float16 storage and float32 accumulation in the CUDA kernels, with the same loss scaling
+# (bfloat16 stays on the CPU: numba has no bfloat16 type).
 
 # %%
 from coursekit.nn.mixed_precision_demos import compare_formats, overflow, underflow
