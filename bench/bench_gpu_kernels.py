@@ -282,7 +282,7 @@ def measure(key: str, repeats: int, cp) -> dict:
     row["cpu_step_s"] = best_time(lambda: cpu.loss_and_grad(X, y, out=buf, validate=False),
                                   repeats=repeats)
     sizes_arr = np.asarray(sizes, np.int64)
-    staged = kc.stage_in(gpu.params, X, y)  # kernels_cuda's own device-only part of a step
+    staged = kc.stage_in(gpu.params, X, y, sizes_arr)  # kernels_cuda's own device-only part of a step
     row["gpu_device_only_s"] = event_time(
         lambda: kc.compute(staged, "softmax_xent", sizes_arr, gpu._act), repeats=repeats)
     gemms = step_gemms(sizes, n)

@@ -27,7 +27,10 @@ mixed precision).
 
 The host functions take and return NumPy arrays (the flat buffer stays on the host,
 where the later chapters allreduce it): parameters and the batch go to the device once
-per call, every layer runs there, and the gradient comes back once.
+per call, every layer runs there, and the gradient comes back once. The training step
+(:func:`stage_in`, :func:`compute`, :func:`stage_out`) copies into device buffers that each
+thread allocates once per step shape and reuses (:func:`_step_buffers`), since a numba
+allocation costs more CPU time than a small step's kernels.
 
 Tests run these kernels with ``NUMBA_ENABLE_CUDASIM=1`` (numba's CUDA simulator runs
 each GPU thread as a Python thread). There the tile is 8 x 8 (4 x 4 threads of 2 x 2
@@ -42,6 +45,7 @@ import contextlib
 import functools
 import math
 import threading
+from collections import OrderedDict
 from typing import NamedTuple
 
 import numba
@@ -59,6 +63,7 @@ __all__ = [
     "TILE",
     "TPB",
     "MixedStep",
+    "STEP_CACHE_SIZE",
     "Tile",
     "forward",
     "layer_backward",
@@ -475,15 +480,17 @@ def _matmul(A, B, trans_a, trans_b, out=None, *, bias=None, act=-1, dtype=None, 
     return out
 
 
-def _d_layer_forward(W, b, A_prev, act):
-    """sigma(A_prev W + b): one matrix product with the bias and activation in its epilogue."""
-    return _matmul(A_prev, W, False, False, bias=b, act=act)
+def _d_layer_forward(W, b, A_prev, act, out=None):
+    """sigma(A_prev W + b): one matrix product with the bias and activation in its epilogue
+    (into ``out`` when given)."""
+    return _matmul(A_prev, W, False, False, out=out, bias=b, act=act)
 
 
-def _d_layer_backward(W, A_prev, A, G, act, dW, db, input_grad: bool, D=None):
+def _d_layer_backward(W, A_prev, A, G, act, dW, db, input_grad: bool, D=None, G_prev=None):
     """delta = G sigma'(A) into D (default: G itself), dW = A_prev^T delta, db = column sums,
-    and, if ``input_grad``, returns delta W^T (in G's type: mixed precision keeps delta in
-    float32 in D and rounds the products once, to dW's and G's 16-bit types)."""
+    and, if ``input_grad``, returns delta W^T (into ``G_prev`` when given; in G's type: mixed
+    precision keeps delta in float32 in D and rounds the products once, to dW's and G's
+    16-bit types)."""
     k = _kernels(G.dtype)
     D = G if D is None else D
     blocks, threads = _grid2(*G.shape)
@@ -491,7 +498,7 @@ def _d_layer_backward(W, A_prev, A, G, act, dW, db, input_grad: bool, D=None):
     _matmul(A_prev, D, True, False, out=dW)
     blocks, threads = _grid1(G.shape[1])
     k.column_sums[blocks, threads](D, db)
-    return _matmul(D, W, False, True, dtype=G.dtype) if input_grad else None
+    return _matmul(D, W, False, True, out=G_prev, dtype=G.dtype) if input_grad else None
 
 
 def _d_views(flat, sizes, layer):
@@ -501,12 +508,15 @@ def _d_views(flat, sizes, layer):
     return flat[start:w_stop].reshape((n_in, n_out)), flat[w_stop : w_stop + n_out]
 
 
-def _d_forward_all(d_params, sizes, act, d_X):
+def _d_forward_all(d_params, sizes, act, d_X, outs=()):
+    """[A^0 = d_X, A^1, ..., A^L], A^l into ``outs[l - 1]`` when given (else allocated)."""
     n_layers = len(sizes) - 1
+    outs = outs or [None] * n_layers
     acts = [d_X]
     for layer in range(n_layers):
         W, b = _d_views(d_params, sizes, layer)
-        acts.append(_d_layer_forward(W, b, acts[-1], act if layer < n_layers - 1 else 0))
+        acts.append(_d_layer_forward(W, b, acts[-1], act if layer < n_layers - 1 else 0,
+                                     out=outs[layer]))
     return acts
 
 
@@ -625,23 +635,81 @@ def forward(params, sizes, act, X):
 #    t_step = t_stage_in + t_compute + t_stage_out   (MLP.loss_and_grad(..., timer=...))
 
 class Staged(NamedTuple):
-    """One mini-batch's device arrays: inputs copied in, outputs allocated (not yet filled)."""
+    """One mini-batch's device arrays: inputs copied in, outputs and the step's
+    intermediates (not yet filled). ``acts``: A^1 .. A^L (A^L becomes G^L in place: the
+    loss kernel overwrites it); ``input_grads``: G^1 .. G^(L-1), the gradients that flow
+    down into the hidden layers (empty tuples: :func:`compute` allocates them)."""
 
     params: object
     X: object
     target: object
     grad: object
     row_loss: object
+    acts: tuple = ()
+    input_grads: tuple = ()
+
+
+#: step shapes each thread keeps device buffers for, newest first (a sweep over batch sizes
+#: frees the oldest instead of holding every shape's buffers)
+STEP_CACHE_SIZE = 4
+
+
+def _step_buffers(params, X, target, sizes) -> Staged:
+    """This thread's device buffers for a step of this shape: allocated on first use, then
+    reused, so a steady-state step allocates nothing on the device.
+
+    Cost model of a step, from the H200 measurements (bench/README.md):
+
+        t_step ~ n_launch * t_launch + n_alloc * t_alloc + bytes / bandwidth
+
+    with t_launch ~ 40-65 us and t_alloc ~ 100-140 us of CPU per numba call. Allocating
+    parameters, gradient, batch, targets, row losses and every layer's A^l and G^l afresh
+    made n_alloc = 2L + 4 a step for L layers (5 staged arrays, L activations, L - 1
+    gradients; the split-K workspace was already reused); here they are cached per
+    (device, dtypes, layer sizes, batch shape), so n_alloc = 0 from the second step of a
+    shape on: the host -> device copies go into the cached buffers (``copy_to_device``),
+    which leaves the launches and the bytes. Their contents never carry over: every step
+    overwrites params, X and target, and every kernel writes its whole output.
+
+    One cache per thread, like :func:`_workspace`: thread ranks (ThreadComm) share the
+    GPU's stream, and two ranks staging into one buffer would overwrite each other's batch.
+    It keeps the :data:`STEP_CACHE_SIZE` most recently used shapes. Within a thread, the
+    arrays of a :class:`Staged` stay valid until the next :func:`stage_in` of the same
+    shape."""
+    cache = getattr(_THIS_THREAD, "steps", None)
+    if cache is None:
+        cache = _THIS_THREAD.steps = OrderedDict()
+    sizes = tuple(int(s) for s in sizes)
+    key = (_device_id(), params.dtype, params.shape, sizes, X.dtype, X.shape,
+           target.dtype, target.shape)
+    staged = cache.get(key)
+    if staged is not None:
+        cache.move_to_end(key)
+        return staged
+    n = len(X)
+    staged = cache[key] = Staged(
+        cuda.device_array(params.shape, params.dtype), cuda.device_array(X.shape, X.dtype),
+        cuda.device_array(target.shape, target.dtype),
+        cuda.device_array(params.shape, params.dtype), cuda.device_array(n, np.float64),
+        tuple(cuda.device_array((n, m), params.dtype) for m in sizes[1:]),
+        tuple(cuda.device_array((n, m), params.dtype) for m in sizes[1:-1]))
+    while len(cache) > STEP_CACHE_SIZE:
+        cache.popitem(last=False)  # the least recently used shape; numba frees it
+    return staged
 
 
 @_one_at_a_time_in_simulator
-def stage_in(params, X, target) -> Staged:
+def stage_in(params, X, target, sizes) -> Staged:
     """Host -> device: the parameters (4 or 8 bytes each), the batch X and its labels or
-    targets: bytes = params.nbytes + X.nbytes + target.nbytes; plus room for the gradient
-    and the per-row losses."""
-    return Staged(cuda.to_device(params), cuda.to_device(X), cuda.to_device(target),
-                  cuda.device_array(params.shape, params.dtype),
-                  cuda.device_array(len(X), np.float64))
+    targets: bytes = params.nbytes + X.nbytes + target.nbytes, copied into this thread's
+    cached buffers for a network of layer ``sizes`` (see :func:`_step_buffers`), which also
+    hold the gradient, the per-row losses and the step's activations and their gradients."""
+    X, target = np.ascontiguousarray(X), np.ascontiguousarray(target)
+    staged = _step_buffers(params, X, target, sizes)
+    staged.params.copy_to_device(params)
+    staged.X.copy_to_device(X)
+    staged.target.copy_to_device(target)
+    return staged
 
 
 @_one_at_a_time_in_simulator
@@ -650,8 +718,11 @@ def compute(staged: Staged, loss: str, sizes, act) -> None:
     ``staged.grad`` and ``staged.row_loss``; returns after ``cuda.synchronize()``, so the
     time of this call is the kernels' (launches are asynchronous)."""
     d_params, n_layers = staged.params, len(sizes) - 1
+    if staged.acts and [a.shape[1] for a in staged.acts] != [int(m) for m in sizes[1:]]:
+        raise ValueError(f"compute: staged for layer widths {[a.shape[1] for a in staged.acts]}"
+                         f", called with sizes {list(sizes)}")
     k = _kernels(d_params.dtype)
-    acts = _d_forward_all(d_params, sizes, act, staged.X)
+    acts = _d_forward_all(d_params, sizes, act, staged.X, staged.acts)
     G = acts[-1]
     blocks, threads = _grid1(len(G))
     (k.softmax_xent if loss == "softmax_xent" else k.mse)[blocks, threads](
@@ -659,9 +730,10 @@ def compute(staged: Staged, loss: str, sizes, act) -> None:
     for layer in range(n_layers - 1, -1, -1):
         W, _ = _d_views(d_params, sizes, layer)
         dW, db = _d_views(staged.grad, sizes, layer)
-        G = _d_layer_backward(
-            W, acts[layer], acts[layer + 1], G, act if layer < n_layers - 1 else 0, dW, db, layer > 0
-        )
+        G_prev = staged.input_grads[layer - 1] if layer > 0 and staged.input_grads else None
+        G = _d_layer_backward(W, acts[layer], acts[layer + 1], G,
+                              act if layer < n_layers - 1 else 0, dW, db, layer > 0,
+                              G_prev=G_prev)
     cuda.synchronize()
 
 
@@ -675,7 +747,7 @@ def stage_out(staged: Staged, grad) -> float:
 
 
 def _loss_and_grad(loss, params, grad, sizes, act, X, target):
-    staged = stage_in(params, X, target)
+    staged = stage_in(params, X, target, sizes)
     compute(staged, loss, sizes, act)
     return stage_out(staged, grad)
 

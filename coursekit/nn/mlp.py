@@ -360,7 +360,7 @@ class MLP:
                 loss = kernel(self._params, out, self._sizes_arr, self._act, X, y)
             return float(loss), out
         with timer("stage"):
-            staged = b.stage_in(self._params, X, y)
+            staged = b.stage_in(self._params, X, y, self._sizes_arr)
         with timer("compute"):
             b.compute(staged, self.loss, self._sizes_arr, self._act)
         with timer("stage"):

@@ -222,3 +222,118 @@ def test_split_k_workspace_is_one_per_thread():
     worker.start()
     worker.join()
     np.testing.assert_array_equal(mine.copy_to_host(), 1)
+
+
+# -- the step's device buffers: cached per thread and shape ---------------------------
+
+def _count_device_allocations(monkeypatch) -> list:
+    """Record every call of numba's device allocation entry points from now on."""
+    calls = []
+    for name in ("device_array", "device_array_like", "to_device", "pinned_array",
+                 "mapped_array"):
+        real = getattr(cuda, name)
+
+        def counting(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(cuda, name, counting)
+    return calls
+
+
+def _fresh_step_cache():
+    kernels_cuda._THIS_THREAD.__dict__.pop("steps", None)
+
+
+def _batch(rng, n, sizes, loss, dtype):
+    X = rng.standard_normal((n, sizes[0])).astype(dtype)
+    y = rng.integers(0, sizes[-1], n)
+    return X, y
+
+
+def test_a_second_step_of_the_same_shape_allocates_nothing_on_the_device(monkeypatch):
+    sizes = (5, 6, 4, 3)  # two hidden layers: gradients flow into both
+    for loss, dtype in (("softmax_xent", np.float32), ("mse", np.float64)):
+        _fresh_step_cache()
+        gpu = MLP(sizes, "tanh", loss, dtype=dtype, seed=5, device="cuda")
+        rng = np.random.default_rng(6)
+        X, y = _batch(rng, 6, sizes, loss, dtype)
+        gpu.loss_and_grad(X, y)  # warm-up: allocates this shape's buffers
+        X, y = _batch(rng, 6, sizes, loss, dtype)  # same shape, new values
+        with monkeypatch.context() as m:
+            calls = _count_device_allocations(m)
+            got = gpu.loss_and_grad(X, y)
+        assert calls == []
+        cpu = MLP(sizes, "tanh", loss, dtype=dtype, seed=5)
+        want = cpu.loss_and_grad(X, y)
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        assert got[0] == pytest.approx(want[0], rel=tol)
+        np.testing.assert_allclose(got[1], want[1], rtol=tol * 10, atol=tol)
+
+
+@pytest.mark.parametrize("loss, dtype", [("softmax_xent", np.float32), ("mse", np.float64)])
+def test_cached_steps_equal_fresh_ones_and_the_cpu_across_batch_sizes(loss, dtype):
+    """Batch sizes 6, 3, 6 in a row: a cached buffer of another shape is never used, and a
+    cached step gives bit for bit what a step on fresh buffers gives."""
+    sizes = (5, 6, 4, 3)
+    gpu = MLP(sizes, "relu", loss, dtype=dtype, seed=7, device="cuda")
+    cpu = MLP(sizes, "relu", loss, dtype=dtype, seed=7)
+    rng = np.random.default_rng(8)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    _fresh_step_cache()
+    for i, n in enumerate((6, 3, 6)):
+        X, y = _batch(rng, n, sizes, loss, dtype)
+        cached = gpu.loss_and_grad(X, y)
+        assert len(kernels_cuda._THIS_THREAD.steps) == min(i + 1, 2)  # one set per shape
+        saved = kernels_cuda._THIS_THREAD.steps
+        _fresh_step_cache()  # the same step on buffers allocated for it alone
+        fresh = gpu.loss_and_grad(X, y)
+        kernels_cuda._THIS_THREAD.steps = saved
+        assert cached[0] == fresh[0] and np.array_equal(cached[1], fresh[1])
+        want = cpu.loss_and_grad(X, y)
+        assert cached[0] == pytest.approx(want[0], rel=tol)
+        np.testing.assert_allclose(cached[1], want[1], rtol=tol * 10, atol=tol)
+
+
+STEP_CACHE_SIZE = kernels_cuda.STEP_CACHE_SIZE
+
+
+def test_step_buffers_are_one_set_per_thread():
+    """Thread ranks share the GPU's stream: a rank staging its batch must not overwrite
+    another rank's, so each thread has its own buffers even for the same shape."""
+    import threading
+
+    sizes = np.array([4, 6, 3])
+    params = MLP(tuple(sizes), dtype=np.float64, seed=1).params
+    y = np.zeros(5, np.int64)
+    mine = kernels_cuda.stage_in(params, np.ones((5, 4)), y, sizes)
+    theirs = []
+
+    def other_rank():
+        theirs.append(kernels_cuda.stage_in(params, np.zeros((5, 4)), y, sizes))
+
+    worker = threading.Thread(target=other_rank)
+    worker.start()
+    worker.join()
+    np.testing.assert_array_equal(mine.X.copy_to_host(), 1)
+    ours = [id(a) for a in (*mine[:5], *mine.acts, *mine.input_grads)]
+    assert not set(ours) & {id(a) for a in (*theirs[0][:5], *theirs[0].acts)}
+    assert kernels_cuda.stage_in(params, np.ones((5, 4)), y, sizes).X is mine.X  # reused
+
+
+def test_the_step_cache_keeps_the_most_recent_shapes(monkeypatch):
+    sizes = np.array([4, 6, 3])
+    params = MLP(tuple(sizes), dtype=np.float32, seed=1).params
+    _fresh_step_cache()
+    for n in range(1, STEP_CACHE_SIZE + 4):  # a sweep over batch sizes
+        kernels_cuda.stage_in(params, np.ones((n, 4), np.float32), np.zeros(n, np.int64), sizes)
+        assert len(kernels_cuda._THIS_THREAD.steps) == min(n, STEP_CACHE_SIZE)
+    kept = sorted(key[5][0] for key in kernels_cuda._THIS_THREAD.steps)
+    assert kept == list(range(4, STEP_CACHE_SIZE + 4))  # the newest shapes
+    for n, allocates in ((4, False), (1, True)):  # kept, then evicted long ago
+        with monkeypatch.context() as m:
+            calls = _count_device_allocations(m)
+            kernels_cuda.stage_in(params, np.ones((n, 4), np.float32), np.zeros(n, np.int64),
+                                  sizes)
+        assert bool(calls) == allocates
+    assert len(kernels_cuda._THIS_THREAD.steps) == STEP_CACHE_SIZE
