@@ -8,8 +8,14 @@ MLP, one mini-batch of n rows, layer l with n_in inputs and n_out outputs:
 * backward dW = A_prev^T delta   : 2 n n_in n_out
 *          G_prev = delta W^T    : 2 n n_in n_out (not needed for the first layer)
 
-so a training step costs about 3x the forward pass (the lecture: "backward is about
-twice forward"). Elementwise work (bias, activation, softmax) is O(n n_out) and ignored.
+so backward is about twice forward for a deep network (the lecture: "backward is about
+twice forward", a step about 3x forward), but not for a shallow one whose first layer
+dominates: the input gradient of the first layer is the gradient with respect to the data,
+which training never needs. For 784-256-10 the first layer holds 98.7% of the MACs, so
+backward is ~1.01x forward and a step ~2x forward. :func:`mlp_step_flops` counts the
+products a step needs; ``first_input_grad=True`` adds the one that an implementation
+computing ``delta W^T`` in every layer (the readable :mod:`coursekit.nn.reference`) does
+and throws away. Elementwise work (bias, activation, softmax) is O(n n_out) and ignored.
 
 The CNN table and the ResNet-50 arithmetic are the lecture's (sources: Sze et al.,
 "Efficient processing of deep neural networks", Proc. IEEE 2017; Ben-Nun & Hoefler,
@@ -53,12 +59,21 @@ VGG16_FC = (512 * 7 * 7, 4096, 4096, 1000)
 OVERFEAT_FAST_FC = (1024 * 6 * 6, 3072, 4096, 1000)
 
 
-def mlp_step_flops(sizes, batch: int) -> dict[str, int]:
-    """Matrix-product FLOPs of one training step: {"forward", "backward", "total"}."""
+def mlp_step_flops(sizes, batch: int, *, first_input_grad: bool = False) -> dict[str, int]:
+    """Matrix-product FLOPs of one training step: {"forward", "backward", "total"}.
+
+    forward = 2 n sum_l n_in n_out; backward = 2 * forward - 2 n n_0 n_1, since the first
+    layer's input gradient delta W^T (a gradient with respect to the data) is not needed.
+    ``first_input_grad=True`` counts it anyway (backward = 2 * forward): the work of an
+    implementation that computes it, like :mod:`coursekit.nn.reference`.
+    """
     sizes = check_sizes(sizes)
     batch = checks.integer(batch, "batch", at_least=1)
+    first_input_grad = checks.boolean(first_input_grad, "first_input_grad")
     forward = 2 * batch * dense_macs(sizes)
-    backward = 2 * forward - 2 * batch * sizes[0] * sizes[1]  # no G_prev for the first layer
+    backward = 2 * forward
+    if not first_input_grad:
+        backward -= 2 * batch * sizes[0] * sizes[1]  # no G_prev = delta W^T for the first layer
     return {"forward": forward, "backward": backward, "total": forward + backward}
 
 
@@ -154,15 +169,26 @@ class Hardware:
     bandwidth: float  # bytes/s
     note: str = ""
 
+    @property
+    def ridge(self) -> float:
+        """FLOP/byte where the roofline turns: peak_flops / bandwidth. Left of it a kernel is
+        memory-bound, right of it compute-bound."""
+        return self.peak_flops / self.bandwidth
+
 
 #: Devices the lectures quote. FLOP/s from the slides; bandwidths from the vendors' data
-#: sheets (the slides give none). The notebook adds this machine's measured values.
+#: sheets (the slides give none). The slide's V100 figure, 112 TFLOP/s, is the fp16
+#: tensor-core peak of the PCIe card (SXM2: 125); its fp32 peak is 14 (PCIe) to 15.7 (SXM2)
+#: TFLOP/s, the line to read with :func:`matmul_intensity`'s default 4-byte operands.
+#: The notebook adds this machine's measured values.
 HARDWARE = {
     h.name: h
     for h in [
         Hardware("Intel Core i7-7700K", 540e9, 38.4e9, "slide: ~540 GFLOP/s FP32; 2 x DDR4-2400"),
         Hardware("NVIDIA GTX 1080 Ti", 11.4e12, 484e9, "slide: ~11.4 TFLOP/s FP32; GDDR5X"),
-        Hardware("NVIDIA V100 (tensor cores)", 112e12, 900e9, "slide: ~112 TFLOP/s; HBM2"),
+        Hardware("NVIDIA V100 PCIe (fp16 tensor cores)", 112e12, 900e9,
+                 "slide: ~112 TFLOP/s, the fp16 tensor-core peak (SXM2: 125); HBM2"),
+        Hardware("NVIDIA V100 PCIe (fp32)", 14e12, 900e9, "data sheet: 14 TFLOP/s FP32 (SXM2: 15.7); HBM2"),
     ]
 }
 

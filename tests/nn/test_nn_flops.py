@@ -6,14 +6,14 @@ import pytest
 from coursekit.nn import flops
 
 
-def count_matmul_flops(sizes, batch):
+def count_matmul_flops(sizes, batch, first_input_grad=False):
     """Independent count: walk the products backprop performs and add 2 m n k for each."""
     shapes = []
     for n_in, n_out in zip(sizes[:-1], sizes[1:]):
         shapes.append((batch, n_in, n_out))  # Z = A_prev W
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         shapes.append((n_in, batch, n_out))  # dW = A_prev^T delta
-        if i > 0:
+        if i > 0 or first_input_grad:
             shapes.append((batch, n_out, n_in))  # G_prev = delta W^T
     return sum(2 * m * k * n for m, k, n in shapes)
 
@@ -26,9 +26,31 @@ def test_mlp_step_flops_counts_every_product(sizes, batch):
     assert f["total"] == f["forward"] + f["backward"]
 
 
+@pytest.mark.parametrize("sizes, batch", [((64, 128, 10), 32), ((784, 256, 10), 256), ((3, 5, 7, 2), 1)])
+def test_mlp_step_flops_with_the_first_layers_input_gradient(sizes, batch):
+    f = flops.mlp_step_flops(sizes, batch, first_input_grad=True)
+    assert f["total"] == count_matmul_flops(sizes, batch, first_input_grad=True)
+    assert f["backward"] == 2 * f["forward"]
+
+
+def test_backward_is_about_forward_when_the_first_layer_dominates():
+    """Chapter 1's 784-256-10 net: the first layer holds 98.7% of the MACs, and its input
+    gradient is not needed, so backward ~ 1.01x forward and a step ~ 2x forward, not 3x."""
+    f = flops.mlp_step_flops((784, 256, 10), 256)
+    assert f["backward"] / f["forward"] == pytest.approx(1.013, abs=0.001)
+    assert f["total"] == pytest.approx(209e6, rel=0.01)
+    ref = flops.mlp_step_flops((784, 256, 10), 256, first_input_grad=True)
+    assert ref["total"] == pytest.approx(312e6, rel=0.01)
+    # a deep net of equal widths: backward -> 2x forward as the first layer's share shrinks
+    deep = flops.mlp_step_flops((100,) * 11, 8)
+    assert deep["backward"] / deep["forward"] == pytest.approx(1.9)
+
+
 def test_mlp_step_flops_rejects_bad_batch():
     with pytest.raises(ValueError, match="batch=0"):
         flops.mlp_step_flops((3, 2), 0)
+    with pytest.raises(TypeError, match="first_input_grad"):
+        flops.mlp_step_flops((3, 2), 1, first_input_grad="yes")
 
 
 def test_cnn_table_totals_add_up():
@@ -74,3 +96,16 @@ def test_roofline_and_intensity():
         ridge = h.peak_flops / h.bandwidth  # FLOPs per byte where compute starts to bind
         assert flops.attainable_flops(h, ridge * 2) == h.peak_flops
         assert flops.attainable_flops(h, ridge / 2) == pytest.approx(h.peak_flops / 2)
+
+
+def test_roofline_ridges_and_where_the_chapters_products_sit():
+    """Chapter 1 section 7: a 256x784x256 fp32 product (55 FLOP/B) is left of the V100's
+    tensor-core ridge (112e12 / 900e9 ~ 124): memory-bound there; 4096^3 is right of all."""
+    v100 = flops.HARDWARE["NVIDIA V100 PCIe (fp16 tensor cores)"]
+    assert v100.ridge == pytest.approx(112e12 / 900e9)
+    assert round(v100.ridge) == 124
+    mid = flops.matmul_intensity(256, 784, 256)
+    assert round(mid) == 55 and mid < v100.ridge
+    assert mid > flops.HARDWARE["NVIDIA V100 PCIe (fp32)"].ridge
+    assert flops.matmul_intensity(256, 784, 256, itemsize=2) < v100.ridge  # even in fp16
+    assert all(flops.matmul_intensity(4096, 4096, 4096) > h.ridge for h in flops.HARDWARE.values())
