@@ -41,6 +41,7 @@ implementation, which the tests compare with the traced runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from math import ceil, floor, log2
 
 import numpy as np
@@ -131,6 +132,42 @@ def predict(collective: str, algorithm: str, p: int, nbytes, alpha: float, beta:
     alpha, beta, gamma = (checks.real(v, k) for k, v in
                           (("alpha", alpha), ("beta", beta), ("gamma", gamma)))
     return FORMULAS[collective, algorithm](int(p), n if n.ndim else float(n), alpha, beta, gamma)
+
+
+def crossover(collective: str, first: str, second: str, p: int, alpha: float, beta: float,
+              gamma: float = 0.0) -> float:
+    """The message size n (bytes) above which ``second`` is predicted faster than ``first``.
+
+    Every formula is a line in n, t = A + B n (A: the alpha terms, B: the beta and gamma
+    terms), so the two cross once, at n* = (A_second - A_first) / (B_first - B_second):
+    ``first`` is faster below n*, ``second`` above it. Returns ``math.inf`` if ``second`` is
+    never faster (it loses or ties at every n), ``0.0`` if it is never slower. A ValueError
+    if the order is the other way round (``second`` faster below n*, ``first`` above): swap
+    the names. Allreduce, p = 4, gamma = 0: recursive doubling (2 alpha + 2 n beta) beats
+    the ring (6 alpha + 1.5 n beta) below n* = 8 alpha / beta; in general (p a power of two)
+    n* = (2(p-1) - lg p) alpha / ((lg p - 2(p-1)/p) beta + (lg p - (p-1)/p) gamma).
+    """
+    for name in (first, second):
+        _check(collective, name, p, 0)
+    alpha, beta, gamma = (checks.real(v, k) for k, v in
+                          (("alpha", alpha), ("beta", beta), ("gamma", gamma)))
+    probe = float(1 << 30)  # the formulas are exact lines: two points give A and B
+
+    def line(algorithm):
+        t0 = FORMULAS[collective, algorithm](int(p), 0.0, alpha, beta, gamma)
+        return t0, (FORMULAS[collective, algorithm](int(p), probe, alpha, beta, gamma) - t0) / probe
+
+    (a1, b1), (a2, b2) = line(first), line(second)
+    tol = 1e-12 * max(abs(b1), abs(b2), 1e-300)
+    if abs(b1 - b2) <= tol:  # parallel lines: the latency terms decide at every n
+        return 0.0 if a2 <= a1 else math.inf
+    n = (a2 - a1) / (b1 - b2)
+    if b2 < b1:  # second grows more slowly: it wins above n
+        return max(n, 0.0)
+    if n <= 0:  # second grows faster and already starts no lower: it never wins
+        return math.inf
+    raise ValueError(f"{collective}: {second!r} is faster than {first!r} below n = {n:.4g} B "
+                     f"and slower above it; call crossover(..., {second!r}, {first!r}, ...)")
 
 
 # ---- exact traffic ----------------------------------------------------------------------

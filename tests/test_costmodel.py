@@ -128,3 +128,47 @@ def test_bad_arguments(args, match):
         cm.predict(*args, alpha=1, beta=1)
     with pytest.raises(ValueError, match="two different"):
         cm.fit([8, 8], [1, 2])
+
+
+@pytest.mark.parametrize("p", [4, 8, 16, 64])
+@pytest.mark.parametrize("gamma", [0.0, 3e-11])
+def test_crossover_recursive_doubling_ring_is_the_closed_form(p, gamma):
+    """Chapter 2: recursive doubling beats the ring below n*, the ring wins above it."""
+    a, b = 50e-6, 1e-9
+    lg, f = math.log2(p), (p - 1) / p
+    closed = (2 * (p - 1) - lg) * a / ((lg - 2 * f) * b + (lg - f) * gamma)
+    n = cm.crossover("allreduce", "recursive_doubling", "ring", p, a, b, gamma)
+    assert n == pytest.approx(closed, rel=1e-9)
+    if p == 4 and gamma == 0:
+        assert n == pytest.approx(8 * a / b)
+    rd, ring = (cm.predict("allreduce", alg, p, np.array([n / 2, n, 2 * n]), a, b, gamma)
+                for alg in ("recursive_doubling", "ring"))
+    assert rd[0] < ring[0] and rd[1] == pytest.approx(ring[1]) and rd[2] > ring[2]
+
+
+def test_crossover_never_and_always():
+    a, b, g = 50e-6, 1e-9, 3e-11
+    # p = 2, no reduction cost: RD (a + n b) is never slower than the ring (2 a + n b)
+    assert cm.crossover("allreduce", "recursive_doubling", "ring", 2, a, b) == math.inf
+    # with gamma the ring's half-size reduction wins above 2 alpha / gamma
+    assert cm.crossover("allreduce", "recursive_doubling", "ring", 2, a, b, g) == pytest.approx(2 * a / g)
+    # reduce + bcast (2 lg (a + n b)) never beats recursive doubling, at any p
+    for p in (2, 3, 4, 8, 13):
+        assert cm.crossover("allreduce", "recursive_doubling", "reduce_bcast", p, a, b, g) == math.inf
+        assert cm.crossover("allreduce", "reduce_bcast", "recursive_doubling", p, a, b, g) == 0.0
+    # Rabenseifner has the ring's bandwidth terms with 2 lg p <= 2(p-1) latencies: never slower
+    for p in (2, 4, 8, 16):
+        assert cm.crossover("allreduce", "ring", "rabenseifner", p, a, b, g) == 0.0
+    # and it overtakes recursive doubling at lg alpha / ((lg - 2f) beta + (lg - f) gamma)
+    assert cm.crossover("allreduce", "recursive_doubling", "rabenseifner", 8, a, b, g) == \
+        pytest.approx(3 * a / ((3 - 1.75) * b + (3 - 0.875) * g))
+
+
+def test_crossover_errors():
+    a, b = 50e-6, 1e-9
+    with pytest.raises(ValueError, match="call crossover\\(..., 'recursive_doubling', 'ring'"):
+        cm.crossover("allreduce", "ring", "recursive_doubling", 4, a, b)
+    with pytest.raises(ValueError, match="unknown allreduce algorithm 'tree'"):
+        cm.crossover("allreduce", "ring", "tree", 4, a, b)
+    with pytest.raises(ValueError, match="alpha"):
+        cm.crossover("allreduce", "ring", "rabenseifner", 4, float("nan"), b)

@@ -438,7 +438,7 @@ if device == "cuda":
 #   workers will average exactly this buffer with one allreduce.
 # * For small networks, overhead per operation dominates: compiling the whole step
 #   (Numba) beats even a tightly written NumPy step, by the factor §4 printed and asserts
-#   above 1 (1.6–2 × on the machines these notes were built on), and the readable NumPy and
+#   above 1 (1.5–2 × on the machines these notes were built on), and the readable NumPy and
 #   PyTorch eager by more. For large ones everything is matrix products, and the only way
 #   to go faster is more FLOP/s: GPUs, then many GPUs.
 #

@@ -121,7 +121,7 @@ def traced(collective, algorithm, items):
 # %%
 from coursekit.viz import plot_timeline
 
-for algorithm in ("ring", "recursive_doubling", "reduce_bcast"):
+for algorithm in C.ALGORITHMS["allreduce"]:  # ring, reduce_bcast, recursive_doubling, rabenseifner
     traces = c.run(traced, "allreduce", algorithm, 1 << 16)
     plot_timeline(traces, title=f"allreduce ({algorithm}), 256 KiB on {c.size} engines")
 show()
@@ -139,19 +139,56 @@ measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
 # %% [markdown]
 # ## 3. Measured against predicted
 #
-# | allreduce | time |
+# | allreduce ($p$ a power of two) | time |
 # |---|---|
-# | reduce + bcast | $2\lceil\log_2 p\rceil(\alpha + n\beta)$ |
-# | recursive doubling | $\log_2 p\,(\alpha + n\beta)$ |
-# | ring | $2(p-1)\alpha + 2\frac{p-1}{p}n\beta$ |
+# | reduce + bcast | $2\log_2 p\,(\alpha + n\beta) + \log_2 p\; n\gamma$ |
+# | recursive doubling | $\log_2 p\,(\alpha + n\beta + n\gamma)$ |
+# | ring | $2(p-1)\alpha + 2\frac{p-1}{p}n\beta + \frac{p-1}{p}n\gamma$ |
+# | Rabenseifner | $2\log_2 p\;\alpha + 2\frac{p-1}{p}n\beta + \frac{p-1}{p}n\gamma$ |
 #
-# Latency-bound small messages favour trees; bandwidth-bound large ones favour the ring.
-# **Bus bandwidth** (nccl-tests) rescales the algorithm bandwidth $n/t$ by $2(p-1)/p$ so a
-# bandwidth-optimal allreduce reaches the link bandwidth whatever $p$.
+# ($\gamma$: seconds per byte of the reduction `a += b`.) Read the lesson off the table.
+# Reduce + bcast takes twice the rounds of recursive doubling with the same messages: it
+# loses at **every** size. Recursive doubling sends the fewest messages ($\log_2 p$) but the
+# whole vector in each, the ring $2(p-1)$ messages but only $2\frac{p-1}{p}n$ bytes in all;
+# each time is a line in $n$, so they cross once, at
 #
+# $$n^* = \frac{(2(p-1) - \log_2 p)\,\alpha}{(\log_2 p - 2\frac{p-1}{p})\,\beta + (\log_2 p - \frac{p-1}{p})\,\gamma}$$
+#
+# (`costmodel.crossover`): recursive doubling is faster below $n^*$, the ring above it. At
+# $p = 4$ and $\gamma = 0$ that is $8\alpha/\beta$ — megabytes on this cluster, so recursive
+# doubling should win at every size measured below; at $p = 2$ ($\gamma = 0$) it always wins.
+# **Rabenseifner's** algorithm (a reduce-scatter by recursive halving, then an allgather by
+# recursive doubling) has the ring's bandwidth terms with only $2\log_2 p$ latencies, never
+# slower than the ring in this model; MPICH uses recursive doubling for short messages and
+# Rabenseifner for long ones (Thakur, Rabenseifner & Gropp 2005). The model charges every
+# pair of ranks the same $\alpha$ and $\beta$; on real networks partners $p/2$ apart may share
+# links, while the ring only ever talks to its neighbours and maps onto a physical ring of
+# links without contention — one reason NCCL and Horovod use rings for large messages.
+#
+# **Bus bandwidth** (nccl-tests) multiplies the algorithm bandwidth $n/t$ of an allreduce
+# by $2(p-1)/p$ **whatever algorithm ran**: that is the share of $n$ the busiest link must
+# carry in a bandwidth-optimal allreduce, so busbw compares a run with the link's own
+# bandwidth $1/\beta$, whatever $p$. It means that only for large messages, where $\beta$
+# dominates: there ring and Rabenseifner approach $1/\beta$, while recursive doubling,
+# which moves $n\log_2 p$ bytes, tops out at $\frac{2(p-1)/p}{\log_2 p}\cdot\frac{1}{\beta}$ =
+# $0.75/\beta$ at $p = 4$ ($0.58/\beta$ at $p = 8$). For small messages busbw mostly
+# measures $\alpha$.
+
+# %%
+huge, beta = 1e12, 1e-9  # a huge message: the beta terms dominate; busbw in units of 1/beta
+limit = {}
+for alg in C.ALGORITHMS["allreduce"]:
+    t = costmodel.predict("allreduce", alg, 4, huge, alpha=1e-5, beta=beta)
+    limit[alg] = costmodel.busbw("allreduce", 4, huge, t) * beta
+    print(f"{alg:>20}: busbw -> {limit[alg]:.3f} / beta")
+assert round(limit["ring"], 3) == round(limit["rabenseifner"], 3) == 1.0
+assert round(limit["recursive_doubling"], 3) == 0.75 and round(limit["reduce_bcast"], 3) == 0.375
+print("PASS: at p = 4 busbw reaches 1/beta for ring and Rabenseifner, 0.75/beta for recursive doubling")
+
+# %% [markdown]
 # ### How close is the model?
 #
-# Three allreduce algorithms at four sizes on the four engines, against the model with the
+# The four allreduce algorithms at four sizes on the four engines, against the model with the
 # link fitted above (engines 0 and 1 swapping while the other two sat idle):
 
 # %%
@@ -160,7 +197,7 @@ from coursekit.collectives import timing
 
 check_sizes = [4096, 65536, 1 << 20, 1 << 22]
 timings = {}
-for alg in ("ring", "recursive_doubling", "reduce_bcast"):  # on every engine (workers=None: all)
+for alg in C.ALGORITHMS["allreduce"]:  # on every engine (workers=None: all)
     config = timing.TimingConfig("allreduce", alg, check_sizes)
     timings[alg] = timing.measure_and_predict(engines, config, exchange_link)
 busy_link = measure.link(engines, "ring", sizes)  # all engines at once: a ring step
@@ -202,6 +239,36 @@ assert np.median(ratios["pair"]) > 1, "the idle-pair model should be optimistic 
 assert busy_error < pair_error, (busy_error, pair_error)
 print(f"PASS: the pair model is optimistic (median measured/predicted {np.median(ratios['pair']):.1f}x); "
       f"the busy-link model misses by {busy_error:.1f}x typically, the pair model by {pair_error:.1f}x")
+
+# %% [markdown]
+# ### Which algorithm wins?
+#
+# The crossover $n^*$ from the busy-link fit and $\gamma$, and at each size the faster of
+# recursive doubling and the ring, predicted and measured. The model's choice follows from
+# $n^*$ by construction; the check asserts that, that reduce + bcast is never predicted to
+# beat recursive doubling, and that recursive doubling is measured faster than the ring at
+# most sizes below $n^*$ (at least half of them: one size can flip on a busy machine).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+n_star = costmodel.crossover("allreduce", "recursive_doubling", "ring", c.size,
+                             busy_link.alpha, busy_link.beta, gamma)
+print(f"p = {c.size}: recursive doubling beats the ring below n* ~ {n_star / 1e6:.1f} MB (busy-link fit)\n")
+print(f"{'bytes':>10}{'model: faster':>21}{'measured: faster':>21}{'RD / ring measured':>20}")
+below = []
+for i, n in enumerate(check_sizes):
+    model = {alg: costmodel.predict("allreduce", alg, c.size, n, busy_link.alpha, busy_link.beta, gamma)
+             for alg in C.ALGORITHMS["allreduce"]}
+    assert (model["recursive_doubling"] < model["ring"]) == (n < n_star), (n, n_star, model)
+    assert model["recursive_doubling"] <= model["reduce_bcast"], model
+    rd, ring = timings["recursive_doubling"].measured[i], timings["ring"].measured[i]
+    if n < n_star:
+        below.append(bool(rd < ring))
+    print(f"{n:>10,}{min(('recursive_doubling', 'ring'), key=model.get):>21}"
+          f"{'recursive_doubling' if rd < ring else 'ring':>21}{rd / ring:>19.2f}x")
+assert not below or np.mean(below) >= 0.5, f"recursive doubling lost to the ring at most sizes below n*: {below}"
+print(f"\nPASS: the model picks recursive doubling exactly below n*, never reduce + bcast; measured, "
+      f"recursive doubling beats the ring at {sum(below)} of the {len(below)} sizes below n*")
 
 # %% [markdown]
 # ### Your turn: the panel
