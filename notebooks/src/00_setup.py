@@ -60,22 +60,40 @@ len({(g["host"], g["pid"]) for g in greetings}) == c.size
 #
 # (latency plus size over bandwidth). We send arrays of growing size from this
 # notebook to engine 0 and back; a round trip is two messages, so
-# $t_{rt}(n) = 2l + 2n/bw$. A straight-line fit gives both numbers.
+# $t_{rt}(n) = 2l + 2n/bw$. A straight-line fit gives both numbers. The sizes span six
+# orders of magnitude, and a plain least-squares line (`np.polyfit`) minimises *absolute*
+# errors: the largest messages' noise then outweighs the small ones, where the latency
+# shows. `costmodel.fit` weights each point by $1/t$, i.e. fits *relative* errors, so that
+# every size counts alike (chapter 2 fits the same way).
 
 # %%
 import numpy as np
 
+from coursekit import costmodel
 from coursekit.roundtrip import measure_round_trips
 
 trips = measure_round_trips(c, repeats=5)
-slope, intercept = np.polyfit(trips.nbytes, trips.best, 1)
-latency, bandwidth = intercept / 2, 2 / slope
+fit = costmodel.fit(trips.nbytes, trips.best)  # t_rt = alpha + n beta, relative errors
+latency, bandwidth = fit.alpha / 2, 2 / fit.beta
 trips.nbytes.tolist()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"one-way latency   l  ~ {latency * 1e3:.2f} ms")
-print(f"bandwidth         bw ~ {bandwidth / 1e6:.0f} MB/s")
+slope, intercept = np.polyfit(trips.nbytes, trips.best, 1)  # the unweighted line, to compare
+
+
+def rms_relative_error(alpha, beta):
+    return float(np.sqrt(np.mean(((alpha + beta * trips.nbytes) / trips.best - 1) ** 2)))
+
+
+weighted_err, plain_err = rms_relative_error(fit.alpha, fit.beta), rms_relative_error(intercept, slope)
+print(f"one-way latency   l  ~ {latency * 1e3:.2f} ms   (unweighted polyfit: {intercept / 2 * 1e3:.2f} ms)")
+print(f"bandwidth         bw ~ {bandwidth / 1e6:.0f} MB/s (unweighted polyfit: {2 / slope / 1e6:.0f} MB/s)")
+print(f"rms relative miss over the sizes: {weighted_err:.1%} (relative-error fit), {plain_err:.1%} (unweighted)")
+# the relative-error fit minimises exactly this sum, so no line can do better (rounding aside)
+assert weighted_err <= plain_err * (1 + 1e-9), (weighted_err, plain_err)
+assert latency > 0 and bandwidth > 0, (latency, bandwidth)
+print("PASS: the relative-error fit misses the measured sizes by less (rms) than the unweighted one")
 
 # %%
 import matplotlib.pyplot as plt

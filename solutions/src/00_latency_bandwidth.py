@@ -6,6 +6,13 @@
 # Given measured `(n, t)` pairs, estimate `l` and `bw` by least squares:
 # `t` is a straight line in `n` with intercept `l` and slope `1 / bw`.
 #
+# Sizes span seven orders of magnitude, and so do times. A plain least-squares line
+# minimises *absolute* errors, so a 2 % wobble on the largest message (milliseconds)
+# outweighs the whole latency (microseconds) and the intercept can come out anywhere,
+# even negative. Fit **relative** errors instead: weight each point by $1/t$ (then every
+# size counts alike; `coursekit.costmodel.fit` does the same). The check includes noisy
+# curves and checks the latency too.
+#
 # Write `fit_latency_bandwidth`, then run the check below it.
 
 # %%
@@ -16,8 +23,9 @@ from coursekit.grading.ch00 import check_fit_latency_bandwidth
 
 def fit_latency_bandwidth(sizes, times):
     """Least-squares fit of t = l + n / bw; returns (l in s, bw in bytes/s)."""
-    ### BEGIN SOLUTION: fit a straight line t = a + b*n (np.polyfit or lstsq), return (a, 1/b)
-    slope, intercept = np.polyfit(np.asarray(sizes, float), np.asarray(times, float), 1)
+    ### BEGIN SOLUTION: fit a straight line t = a + b*n weighting each point by 1/t (np.polyfit(..., w=) or lstsq), return (a, 1/b)
+    sizes, times = np.asarray(sizes, float), np.asarray(times, float)
+    slope, intercept = np.polyfit(sizes, times, 1, w=1.0 / times)  # relative errors
     return intercept, 1.0 / slope
     ### END SOLUTION
 
