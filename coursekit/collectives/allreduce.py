@@ -10,10 +10,13 @@ All algorithms leave bit-identical results on every rank.
 * ``recursive_doubling``: log2 p rounds of full-vector exchange with rank XOR 2^k:
   lg (alpha + n beta + n gamma) for p a power of two. Otherwise the fold (see
   :func:`coursekit.collectives._base.fold`) adds one round in and one out:
-  (floor(log2 p) + 2)(alpha + n beta) + (floor(log2 p) + 1) n gamma. Best for small n.
+  (floor(log2 p) + 2)(alpha + n beta) + (floor(log2 p) + 1) n gamma. Faster than the ring
+  below the crossover :func:`coursekit.costmodel.crossover` computes (8 alpha/beta at p = 4,
+  gamma = 0; always at p = 2); reduce_bcast never beats it.
 * ``rabenseifner``: recursive-halving reduce-scatter then recursive-doubling allgather:
   2 lg alpha + 2(p-1)/p n beta + (p-1)/p n gamma for p a power of two; the fold adds
-  2 alpha + 2 n beta + n gamma.
+  2 alpha + 2 n beta + n gamma. MPICH's choice for long messages (recursive doubling for
+  short ones; Thakur, Rabenseifner & Gropp 2005): the ring's bandwidth with 2 lg latencies.
 """
 
 from __future__ import annotations
