@@ -16,7 +16,7 @@ import numpy as np
 from coursekit import checks
 from coursekit.nn import kernels_cpu
 
-__all__ = ["SGD", "Momentum", "make_optimizer"]
+__all__ = ["SGD", "Momentum", "Scheduled", "make_optimizer"]
 
 
 def _check_buffer(params) -> np.ndarray:
@@ -68,3 +68,28 @@ def make_optimizer(params: np.ndarray, lr: float, momentum: float = 0.0) -> SGD:
     if momentum == 0:
         return SGD(params, lr)
     return Momentum(params, lr, momentum)
+
+
+class Scheduled:
+    """An optimizer whose ``lr`` follows ``schedule(step)`` (step 0, 1, ... counts its steps).
+
+    With ``LRSchedule(base, "linear_warmup", n, warmup_steps)`` of
+    :mod:`coursekit.parallel.data_parallel.lr_rules` it is Goyal et al.'s gradual warm-up:
+    the rate ramps from the small-batch rate to n times it, then stays there.
+    """
+
+    def __init__(self, optimizer, schedule):
+        if not callable(getattr(optimizer, "step", None)) or not hasattr(optimizer, "lr"):
+            raise TypeError(f"optimizer must have an lr and a step(grad) method; got {optimizer!r:.60}")
+        if not callable(schedule):
+            raise TypeError(f"schedule must be a function step -> lr; got {schedule!r:.60}")
+        self.optimizer, self.schedule, self.steps = optimizer, schedule, 0
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.lr
+
+    def step(self, grad: np.ndarray) -> None:
+        self.optimizer.lr = float(self.schedule(self.steps))
+        self.steps += 1
+        self.optimizer.step(grad)

@@ -9,7 +9,8 @@ them (last layer first) with the backward compute that precedes each. The step:
    one allreduce of the whole gradient). A bucket is ready with its last tensor;
 3. one communication stream: bucket b's allreduce starts at
    ``max(ready_b, end_{b-1})`` with ``overlap`` (DDP / Horovod), or after the whole backward
-   without it, and lasts ``launch + allreduce_time(bytes_b)`` (FP16 gradients halve bytes);
+   without it, and lasts ``launch + allreduce_time(bytes_b)`` (FP16 gradients halve bytes,
+   and the buckets are filled with the halved bytes: the threshold applies to what is sent);
 4. the update (``t_u``) follows the last allreduce.
 
 Stragglers: worker w computes ``s_w`` times slower (``s_w >= 1``); a synchronous allreduce
@@ -165,10 +166,11 @@ def simulate_step(work: Workload, net: Network, *, algorithm: str = "ring",
         checks.instance(stragglers, "stragglers", Stragglers, " or None")
     slow = float(stragglers.factors(net.p).max()) if stragglers else 1.0
     ready = slow * (work.forward_s + np.cumsum(work.backward_s))
-    ends = buckets(work.grad_bytes, fusion_bytes)
-    sizes = np.diff(np.concatenate([[0.0], np.cumsum(work.grad_bytes)[ends]]))
-    if fp16:
-        sizes = sizes / 2
+    # fp16: half the bytes on the wire; the fusion threshold applies to the bytes sent (Horovod
+    # fills its fusion buffer with the fp16 tensors it will allreduce)
+    sent = work.grad_bytes / 2 if fp16 else work.grad_bytes
+    ends = buckets(sent, fusion_bytes)
+    sizes = np.diff(np.concatenate([[0.0], np.cumsum(sent)[ends]]))
     durations = launch_s + np.asarray(allreduce_time(net, sizes, algorithm)) * (net.p > 1)
     bucket_ready = ready[ends] if overlap else np.full(ends.size, ready[-1])
     start, end = np.empty(ends.size), np.empty(ends.size)

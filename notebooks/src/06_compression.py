@@ -204,7 +204,23 @@ panel.status.value
 # Compressing costs computation: selecting the top-k, packing bits, decoding every other
 # worker's payload. It saves $\beta$ times the bytes not sent, and nothing of the
 # latency $\alpha$. And sparse payloads are *allgathered*: each worker receives all p
-# payloads, so the bytes grow with p while a ring allreduce's stay at $2n$.
+# payloads, so the bytes grow with p while a ring allreduce's stay at $2\frac{p-1}{p}$ times
+# the gradient's bytes: for $n$ float32 elements, about $8n$ bytes sent per rank, whatever p.
+# Top-k's payload is $8k$ bytes (a 4-byte index and a 4-byte value per kept element), so the
+# allgather sends $(p-1) \cdot 8k$ bytes per rank, and 1% top-k ($k = n/100$) sends as many
+# bytes as the dense allreduce at $p = 100$ (`compression.sent_per_rank` counts both):
+
+# %%
+n = 1 << 22  # float32 elements: a 16 MiB gradient
+payload = 8 * (n // 100)  # top-k 1%: index + value per kept element
+print(f"{'p':>4}{'ring allreduce MB':>19}{'top-k allgather MB':>20}{'ratio':>8}")
+for workers in (4, 64, 100, 128):
+    dense_b, sparse_b = C.sent_per_rank("allreduce", workers, 4 * n), C.sent_per_rank("allgather", workers, payload)
+    print(f"{workers:4}{dense_b / 1e6:19.2f}{sparse_b / 1e6:20.2f}{dense_b / sparse_b:8.2f}")
+    assert abs(dense_b / sparse_b - 100 / workers) < 0.01 * 100 / workers  # the ratio is 100/p
+print("PASS: the ratio of bytes sent is 100/p (25 at p = 4): top-k 1% breaks even at p = 100")
+
+# %% [markdown]
 # We measure top-k's compress + decompress time here and let the cost model do the rest:
 # speedup of one gradient exchange =
 # $t_\text{allreduce}(4n) / (t_\text{allgather}(p \cdot 8k) + t_\text{compress} + p\, t_\text{decompress})$.
@@ -267,8 +283,8 @@ for name in links:
 #   removes a single $\alpha$; the codec's own time is pure loss.
 # * **Fast networks**: at 100 GB/s sending 4 bytes costs less than selecting and
 #   decoding them on a CPU; a GPU codec moves this line, it does not remove it.
-# * **Many workers**: the allgathered payload grows with p (p · 8k bytes against the
-#   allreduce's 2n), and every rank decodes p payloads. So for a large gradient the
+# * **Many workers**: the allgathered payload grows with p ($(p-1) \cdot 8k$ bytes sent per
+#   rank against the allreduce's $\approx 8n$, the table above), and every rank decodes p payloads. So for a large gradient the
 #   messages of top-k 1% gain less over the allreduce at 64 workers than at 4 on Ethernet
 #   and on InfiniBand (at 16 MB; the cell checks it from the formulas). Whether the whole
 #   exchange, codec included, follows depends on this machine's codec: the p decodes grow
@@ -279,7 +295,10 @@ for name in links:
 #   workers can favour top-k. Which way this machine's fitted link goes depends on the fit
 #   (an engine descheduled during the ping-pong inflates $\alpha$): read its printed line.
 #   At small sizes (up to 16 KiB) both gain at most about 2x, and not from the bytes: the
-#   allgather pays (p-1) latencies, the ring allreduce 2(p-1) (printed under the plot).
+#   allgather pays (p-1) latencies, the ring allreduce 2(p-1) (printed under the plot). That
+#   baseline flatters top-k: for small messages MPI libraries allreduce by recursive
+#   doubling and NCCL by a tree, $\lceil\log_2 p\rceil$ latencies or so, against which the
+#   allgather's p-1 latencies lose (chapter 7, section 2).
 #
 # (Our decoder writes each payload into a dense vector, p times n work; adding the p
 # sparse payloads into one buffer would cost n + pk. Deep Gradient Compression and

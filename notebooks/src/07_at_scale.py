@@ -46,11 +46,16 @@ params = sum(sum(layer.tensors) for layer in table)
 tensors = sum(len(layer.tensors) for layer in table)
 macs = sum(layer.macs for layer in table)
 sizes = np.array([n for layer in table for n in layer.tensors])
+largest = max(table, key=lambda layer: max(layer.tensors))  # the first layer with the largest tensor
 print(f"{params:,} parameters in {tensors} tensors; {macs / 1e9:.2f} GMACs per image forward")
 print(f"gradient: {4 * params / 2**20:.1f} MiB in FP32, {2 * params / 2**20:.1f} MiB in FP16")
 print(f"tensors under 16 KiB: {np.mean(4 * sizes < 16 * 2**10):.0%} of them, "
       f"{(4 * sizes[4 * sizes < 16 * 2**10]).sum() / 2**10:.0f} KiB in all; "
-      f"largest: {table[-1].name} with {4 * sizes.max() / 2**20:.1f} MiB")
+      f"largest: {largest.name} with {4 * max(largest.tensors) / 2**20:.1f} MiB "
+      f"({table[-1].name}: {4 * max(table[-1].tensors) / 2**20:.1f} MiB)")
+assert max(largest.tensors) == sizes.max() == 512 * 512 * 3 * 3  # a conv5_x 3x3 convolution
+assert max(table[-1].tensors) == 2048 * 1000 < sizes.max()  # fc is not the largest
+print("PASS: the largest tensor is a 3x3 convolution of conv5_x, not fc")
 
 # %% [markdown]
 # Most tensors are tiny (batch-norm scales and shifts, the first convolutions), a few are
@@ -110,7 +115,17 @@ for nbytes, label in [(4 * 2**10, "4 KiB"), (2**20, "1 MiB"), (2 * params, "FP16
 # %% [markdown]
 # A 4 KiB tensor costs the flat ring 20 ms: $2 \times 1023$ latencies of 10 µs, whatever the
 # size. The tree wins for small messages and loses badly for big ones; the hierarchical
-# allreduce is close to the best of both. One allreduce **per tensor** (161 of them, most
+# allreduce is close to the best of both.
+#
+# "Loses badly" holds for this tree: a binomial reduce then broadcast that passes the whole
+# message at every level ($2 n \log_2 p$ bytes). Libraries do better on both sides. For small
+# messages MPI libraries allreduce by **recursive doubling** ($\log_2 p$ rounds of the whole
+# message, chapter 2). For large ones NCCL (2.4 and later) uses a **pipelined double binary
+# tree**: the message is cut into chunks that stream down the tree, so a tree level adds
+# latency but no bandwidth ($\approx 2 n \beta$, like the ring, with $O(\log p)$ latency instead
+# of the ring's $2(p-1)$), and two complementary trees, each carrying half of the data,
+# put every rank's links to work in both trees (a leaf in one is an inner node in the other).
+# Our simulator has no pipelined tree, so its "tree" column is an upper bound on what a tree costs. One allreduce **per tensor** (161 of them, most
 # tiny) would cost seconds per step on a flat ring: that is what tensor fusion removes.
 #
 # ## 3. The scaling curve: ring, fusion, hierarchical, FP16
@@ -128,7 +143,8 @@ CONFIGS = {
     "flat ring, one allreduce per tensor": dict(algorithm="ring", fusion_bytes=0),
     "+ 64 MB tensor fusion": dict(algorithm="ring", fusion_bytes=64 * 2**20),
     "+ hierarchical allreduce": dict(algorithm="hierarchical", fusion_bytes=64 * 2**20),
-    "+ FP16 gradients": dict(algorithm="hierarchical", fusion_bytes=64 * 2**20, fp16=True),
+    # the fusion threshold counts the bytes sent: 32 MB of FP16 = the tensors of 64 MB of FP32
+    "+ FP16 gradients": dict(algorithm="hierarchical", fusion_bytes=32 * 2**20, fp16=True),
 }
 EPOCH_IMAGES = 90 * resnet50.CASE_STUDY["imagenet_train_images"]
 curves = {name: scaling(work, net, NODES, **options) for name, options in CONFIGS.items()}
@@ -161,7 +177,11 @@ show()
 # * the **hierarchical** allreduce cuts the latency term from $2(p-1)$ to $2(m-1)$ network
 #   hops, which matters more as $p$ grows (it costs a little at a few nodes, where the extra
 #   intra-node phases are not yet paid back);
-# * **FP16 gradients** halve the bytes.
+# * **FP16 gradients** halve the bytes. The fusion threshold counts the bytes *sent* (Horovod
+#   fills its buffer with the FP16 tensors), so we halve it too, to 32 MB: the same tensors per
+#   bucket. Left at 64 MB, the whole 48.7 MiB FP16 gradient would fit one bucket that starts
+#   only when the backward pass ends, hiding nothing (`simulate_step` with `fp16=True` and
+#   `fusion_bytes=64 * 2**20`: try it).
 #
 # ## 4. The slide's arithmetic, checked
 #
@@ -188,7 +208,7 @@ for row in resnet50.slide_arithmetic():
 # ## 5. Why 2048 GPUs gained so little
 #
 # The global batch stayed at 64K images (LARS was needed to train even at that size, section
-# 7), so 2048 GPUs get **32 images each** instead of 64. Every step still allreduces the
+# 8), so 2048 GPUs get **32 images each** instead of 64. Every step still allreduces the
 # whole gradient, but each GPU now has half the compute, so half the backward pass to hide
 # the allreduce behind. Our simulator, with the assumed network of section 2 and the best
 # configuration of section 3:
@@ -210,12 +230,25 @@ for s in (s1024, s2048):
           f"{s.throughput:,.0f} images/s, 90 epochs in {EPOCH_MIN / s.throughput:.1f} min")
 print(f"gain from doubling: x{s2048.throughput / s1024.throughput:.2f} simulated, "
       f"x{8.7 / 6.6:.2f} published")
+for s in (s1024, s2048):
+    durations = 1e3 * (s.bucket_end_s - s.bucket_start_s)
+    print(f"{s.p} GPUs: FP16 buckets of " + " and ".join(f"{b / 2**20:.1f}" for b in s.bucket_bytes)
+          + " MiB take " + " and ".join(f"{d:.0f}" for d in durations) + " ms; exposed: "
+          f"{1e3 * s.exposed_comm_s:.0f} ms")
+    assert s.bucket_bytes.size == 2 and np.isclose(s.exposed_comm_s, s.bucket_end_s[-1] - s.bucket_start_s[-1])
+    assert s.exposed_comm_s < 0.1 * s.step_s
+assert s2048.throughput / s1024.throughput > 1.8 > 8.7 / 6.6
+print("PASS: only the last bucket is exposed, under 10% of the step; the simulated gain is > x1.8")
 
 # %% [markdown]
 # With our network the simulator predicts almost twice the speed at 2048 GPUs, not 1.3×: the
-# two 64 MB buckets take about 10 ms each, easily hidden. The published times therefore say
-# that the real allreduce was much slower than our nominal figures (GPU-to-host copies over
-# PCIe, NCCL and MPI software, congestion on the switches all eat into the 100 Gb/s).
+# two FP16 buckets (32.5 and 16.3 MiB, the FP32 gradient's 64.9 and 32.6 MiB halved) take
+# about 17 and 10 ms at 1024 GPUs, 19 and 12 at 2048, and only the last one is exposed. The
+# published times therefore suggest that the real allreduce was much slower than our nominal
+# figures (GPU-to-host copies over PCIe, NCCL and MPI software, congestion on the switches
+# all eat into the 100 Gb/s), or that the simulator leaves out costs: section 9 finds it
+# underestimating a step we can measure, so read what follows as one consistent story, not a
+# measurement.
 #
 # How much slower? Treat the inter-node bandwidth as the one unknown and **fit** it: for a
 # given fusion buffer, find the effective bandwidth that makes 2048 GPUs take 6.6 minutes,
@@ -235,20 +268,25 @@ def fit_bandwidth(fusion_mb, minutes=6.6):
     return mid
 
 
-print(f"{'fusion':>8} {'fitted bandwidth':>17} {'1024 GPUs':>10} {'2048 GPUs':>10}")
+print(f"{'fusion':>8} {'fitted bandwidth':>17} {'1024 GPUs':>10} {'2048 GPUs':>10}   (fusion: MB of FP16 sent)")
 fits = {}
-for fusion_mb in (2, 4, 8, 16, 64):
+for fusion_mb in (1, 2, 4, 8, 32):  # MB of FP16 gradient per bucket
     fits[fusion_mb] = bw = fit_bandwidth(fusion_mb)
     opts = {**best, "fusion_bytes": fusion_mb * 2**20}
     t = [EPOCH_MIN / simulate_step(work.scaled(b), resnet50.case_study_network(m, inter_bandwidth=bw),
                                    **opts).throughput for m, b in ((128, 64), (256, 32))]
     print(f"{fusion_mb:5d} MB {bw / 1e9:11.2f} GB/s {t[0]:6.1f} min {t[1]:6.1f} min")
+    if fusion_mb <= 4:
+        assert abs(t[0] - 8.7) < 0.1 and 0.5e9 < bw < 3.5e9, (fusion_mb, t, bw)
+    if fusion_mb == 32:
+        assert t[0] > 9.5, t
+print("PASS: 1-4 MB buckets fit both published times with one bandwidth, 32 MB buckets do not")
 
 # %% [markdown]
-# With small fusion buffers (2–8 MB) one effective bandwidth of 1–3 GB/s per node reproduces
-# **both** numbers: 8.7 minutes on 1024 GPUs and 6.6 on 2048. With 64 MB buffers no single
-# bandwidth does (1024 GPUs would take 10 minutes): a large last bucket cannot start before the
-# backward pass ends, so it is never hidden. The fit is one parameter from two data points and
+# With small fusion buffers (1–4 MB of FP16, the tensors of 2–8 MB of FP32) one effective
+# bandwidth of 1–3 GB/s per node reproduces **both** numbers: 8.7 minutes on 1024 GPUs and 6.6
+# on 2048. With 32 MB buffers no single bandwidth does (1024 GPUs would take 10 minutes): a
+# large last bucket cannot start before the backward pass ends, so it is never hidden. The fit is one parameter from two data points and
 # an assumed fusion size, an explanation that holds together, not a measurement. It also
 # assumes a GPU trains 218 images/s at 32 images as at 64; a real GPU is less efficient at half
 # the batch, which would explain part of the gap with a faster network.
@@ -267,7 +305,7 @@ for ax, (nodes, batch) in zip(axes, [(128, 64), (256, 32)]):
                  f"allreduce {1e3 * s.exposed_comm_s:.0f} ms, {EPOCH_MIN / s.throughput:.1f} min "
                  f"for 90 epochs", fontsize=10)
 axes[0].set_xlabel("")
-fig.suptitle(f"fitted network: {bw4 / 1e9:.2f} GB/s between nodes, 4 MB fusion, FP16 gradients")
+fig.suptitle(f"fitted network: {bw4 / 1e9:.2f} GB/s between nodes, 4 MB FP16 fusion buckets")
 fig.tight_layout()
 show()
 
@@ -380,26 +418,36 @@ for algorithm in ("ring", "hierarchical"):
 #
 # so a layer's step is about $\gamma \eta \lVert w_l \rVert$ whatever the size of its
 # gradient. On the digits (1,347 training images) a batch of 1024 is our "64K": the linearly
-# scaled rate is 0.1 × 1024 / 32 = 3.2. Four runs of the chapter-1 MLP, 15 epochs each:
+# scaled rate is 0.1 × 1024 / 32 = 3.2. Goyal et al. (2017, arXiv:1706.02677) trained
+# ResNet-50 at batch 8K without LARS, with the linear rule and a **gradual warm-up** (the
+# rate ramps from the small-batch rate to the scaled one over the first 5 epochs; You et
+# al. warm up too), so a fair comparison gives plain momentum that warm-up as well
+# (`lr_rules.LRSchedule(..., "linear_warmup")`, here 5 epochs = 10 steps). Five runs of the
+# chapter-1 MLP, 15 epochs each:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 from coursekit.data import load_digits
 from coursekit.nn import MLP, train
 from coursekit.nn.lars import LARS, mlp_segments
+from coursekit.nn.optim import Momentum, Scheduled
+from coursekit.parallel.data_parallel.lr_rules import LRSchedule
 
 digits = load_digits()
 RUNS = {  # name: (batch, lr, use LARS)
     "batch 32, momentum, lr 0.1": (32, 0.1, False),
     "batch 1024, momentum, lr 0.1": (1024, 0.1, False),
     "batch 1024, momentum, lr 3.2": (1024, 3.2, False),
+    "batch 1024, momentum, warm-up": (1024, 3.2, "warm-up"),  # 0.1 -> 3.2 over 10 steps
     "batch 1024, LARS, lr 3.2": (1024, 3.2, True),
 }
 histories = {}
 for name, (batch, lr, lars) in RUNS.items():
     model = MLP([64, 128, 10], seed=0)
     opt = LARS(model.params, lr=lr, momentum=0.9, trust=0.01,
-               segments=mlp_segments(model.sizes)) if lars else None
+               segments=mlp_segments(model.sizes)) if lars is True else None
+    if lars == "warm-up":  # Goyal et al.: linear scaling with 5 epochs (10 steps) of warm-up
+        opt = Scheduled(Momentum(model.params, 0.1, 0.9), LRSchedule(0.1, "linear_warmup", 32, 10))
     histories[name] = train(model, digits.X_train, digits.y_train, epochs=15, batch_size=batch,
                             lr=lr, momentum=0.9, optimizer=opt, X_test=digits.X_test,
                             y_test=digits.y_test, seed=0)
@@ -422,6 +470,9 @@ assert epochs_to_95("batch 1024, momentum, lr 0.1") > epochs_to_95("batch 32, mo
 assert not histories["batch 1024, momentum, lr 3.2"].train_loss[-1] < 100  # blew up (or NaN)
 assert epochs_to_95("batch 1024, LARS, lr 3.2") < epochs_to_95("batch 1024, momentum, lr 0.1")
 assert histories["batch 1024, LARS, lr 3.2"].test_accuracy[-1] >= 0.95
+warm, lars_run = histories["batch 1024, momentum, warm-up"], histories["batch 1024, LARS, lr 3.2"]
+assert not warm.train_loss[-1] < 10 * lars_run.train_loss[-1]  # warm-up alone: far worse (or NaN)
+print("PASS: the claims below, on these runs (warm-up alone ends far above LARS's loss)")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
@@ -441,7 +492,10 @@ show()
 # At batch 1024 an epoch is only two steps. Keeping the small-batch rate, the large batch
 # needs more epochs to reach 95% test accuracy (an epoch costs the same computation at any
 # batch size, so that is more training cost). Scaling the rate to 3.2 with plain momentum
-# blows up. LARS at the same rate reaches 95% sooner than the large batch at the small rate,
+# blows up, and here a warm-up only delays that: once the ramp reaches 3.2 the loss grows
+# again (on ImageNet warm-up alone held to batch 8K; LARS took Jia et al. and You et al.
+# beyond it). LARS, with no warm-up, at the same rate reaches 95% sooner than the large
+# batch at the small rate,
 # with 1/32 of the small batch's steps, and fewer steps with more images each is exactly
 # what a thousand GPUs need. The cell above asserts each of these; the exact epochs move by
 # a few from one machine to another (float32 rounding, amplified over hundreds of steps). The digits are an easy problem; on ImageNet the gap is what decided whether a 64K
@@ -472,16 +526,23 @@ print(f"measured link: alpha {1e6 * v.alpha:.0f} us, bandwidth {1 / v.beta / 1e9
       f"compute per step {1e3 * v.compute_s:.2f} ms")
 print(f"data-parallel step on 2 engines: measured {1e3 * v.measured_s:.2f} ms, "
       f"simulated {1e3 * v.simulated_s:.2f} ms, ratio measured / simulated = {v.ratio:.2f}")
-assert v.ratio > 1 / 1.5, "the simulator should not predict a step much slower than the real one"
-print(f"PASS: the simulated step is not 1.5x slower than the measured one (ratio {v.ratio:.2f})")
+LOW, HIGH = 1 / 1.5, 6.0  # stated bounds: the simulator may not overestimate; it underestimates here
+assert LOW < v.ratio < HIGH, v.ratio
+print(f"PASS: {LOW:.2f} < measured / simulated = {v.ratio:.2f} < {HIGH:g}")
 
 # %% [markdown]
-# On an otherwise idle two-core machine the two agree within the course's target of 1.5×;
-# the ratio moves from run to run (run the cells again), and when other programs share the
-# cores the measured step, not the simulated one, grows. So the cell above asserts only the
-# side that such noise cannot flip: the simulation does not overestimate the step. (The
-# tests hold it to 1.5× on a link whose latency is known, ranks whose every message waits
-# 20 ms: `tests/sim/test_sim_validate.py`.) The simulated step is the same
+# The two do **not** agree within the course's target of 1.5× here: on our two-core machine
+# the measured step has come out two to three times the simulated one, sometimes more (the
+# cell prints this run's ratio,
+# which moves from run to run). The simulator underestimates: it plays the fitted
+# $\alpha$, $\beta$ and $\gamma$ and the measured compute, and leaves out what a real step
+# adds around them (the training loop's Python work between compute and messages, the
+# collective's argument check, two engines contending for two cores that also run the
+# kernel and the controller). Other programs on the cores grow the measured step, not the
+# simulated one. So the cell asserts two stated bounds: the simulation must not overestimate
+# (ratio above 1/1.5) and must not miss by more than 6×. On a link whose latency is known,
+# ranks whose every message waits 20 ms, the tests hold it to 1.5×
+# (`tests/sim/test_sim_validate.py`): there the modelled costs dominate. The simulated step is the same
 # `simulate_step` that gave the 2048-GPU curves above, fed with this machine's compute time and
 # link.
 #
@@ -510,7 +571,7 @@ print(f"PASS: the simulated step is not 1.5x slower than the measured one (ratio
 # | | Spark | MPI |
 # |---|---|---|
 # | model | a driver schedules tasks on immutable, partitioned datasets (RDDs / DataFrames) | p long-lived processes that send messages to each other |
-# | communication | shuffles through the driver and disk between stages; `treeAggregate` for sums | direct, in memory, collectives tuned to the network (allreduce in $2(p-1)$ steps) |
+# | communication | shuffles between stages go executor to executor (map outputs written to local disk, fetched by the reducers); the driver only tracks where the map outputs are and receives action results (`collect`, `reduce`, the last level of `treeAggregate`) | direct, in memory, collectives tuned to the network (allreduce in $2(p-1)$ steps) |
 # | iteration | a new job per iteration, data re-read or cached | processes keep the model in memory between steps |
 # | failures | lineage recomputes lost partitions; stragglers re-run speculatively | one failed rank stops the job; restart from a checkpoint |
 # | fits | ETL, feature engineering, large data on commodity clusters | tight loops of computation and allreduce: training on GPU clusters |

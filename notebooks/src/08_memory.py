@@ -287,8 +287,18 @@ print("PASS: the same gradient bit for bit, twice the layer forwards, less activ
 # %% [markdown]
 # Rank 0 holds the most micro-batches in flight (1F1B: min(p, m) = 4), so it saves the most;
 # the last stage holds one at a time and saves nothing. For a transformer, Korthikanti et
-# al. count $34 s b h$ + attention's $5 a s^2 b$ bytes per layer without recomputation and
-# $2 s b h$ with it, at a third more compute.
+# al. (2022, arXiv:2205.05198) count $s b h (34 + 5 a s / h)$ bytes of 16-bit activations
+# per layer without recomputation ($s$ tokens, $b$ sequences, hidden size $h$, $a$ heads):
+# $34 s b h$ from the linear layers, LayerNorms and dropouts, and $5 a s^2 b$ from
+# attention's $s \times s$ scores, softmax and its dropout mask. Full recomputation keeps
+# only each layer's $2 s b h$ input, at the price of a whole extra forward (about a third
+# more compute). Their contribution is to recompute **selectively**: only the attention
+# term $5 a s^2 b$, which is large in memory but cheap in FLOPs, and to add **sequence
+# parallelism**: with tensor parallelism over $t$ GPUs, the LayerNorms and dropouts that
+# Megatron replicated are split along the sequence, so the $34 s b h$ term is divided by
+# $t$ too. Together they keep $34 s b h / t$ bytes per layer and GPU, with no $s^2$ term, for a
+# few percent more compute (their measurement on GPT models of 22B to 1T parameters) instead
+# of full recomputation's third.
 #
 # ## 5. Does it fit?
 #

@@ -1,4 +1,4 @@
-"""The chapter-8 check passes ZeRO-2's step and fails plausible wrong answers."""
+"""The chapter-8 check passes ZeRO-2's bucketed step and fails plausible wrong answers."""
 
 import numpy as np
 
@@ -6,47 +6,80 @@ from coursekit.collectives import allgather, allreduce, reduce_scatter
 from coursekit.grading.ch08 import check_zero2_step
 
 
-def gathered_weights(comm, shard, layout, like):
-    params = np.empty_like(like)
+def gathered_weights(comm, shard, layout):
+    params = np.empty(layout.spans[-1].stop, shard.dtype)
     layout.flat_into(allgather(comm, shard).reshape(comm.size, layout.width), params)
     return params
 
 
-def zero2_step(comm, grad, shard, optimizer, layout):
-    optimizer.step(reduce_scatter(comm, layout.rows(grad))[0])
-    return gathered_weights(comm, shard, layout, grad)
+def zero2_step(comm, backward, shard, optimizer, layout):
+    grad_shard = np.empty(layout.width)
+    for l, block in backward:
+        grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = reduce_scatter(comm, layout.padded(l, block))[0]
+    optimizer.step(grad_shard)
+    return gathered_weights(comm, shard, layout)
 
 
-def test_accepts_reduce_scatter_update_allgather():
+def test_accepts_a_reduce_scatter_per_bucket():
     result = check_zero2_step(zero2_step, quiet=True)
     assert result, result.message
+    assert "peak gradient held" in result.message
 
 
-def test_rejects_an_allreduce_then_allgather_by_its_bytes():
-    def via_allreduce(comm, grad, shard, optimizer, layout):
-        optimizer.step(allreduce(comm, layout.rows(grad))[comm.rank])
-        return gathered_weights(comm, shard, layout, grad)
+def test_rejects_zero1_which_waits_for_the_whole_gradient():
+    def zero1(comm, backward, shard, optimizer, layout):
+        blocks = dict(backward)  # the whole gradient first, then one reduce-scatter
+        grad = np.concatenate([blocks[l] for l in sorted(blocks)])
+        optimizer.step(reduce_scatter(comm, layout.rows(grad))[0])
+        return gathered_weights(comm, shard, layout)
+    result = check_zero2_step(zero1, quiet=True)
+    assert result.status == "fail" and "before asking for the next" in result.message
+
+
+def test_rejects_keeping_the_blocks():
+    def hoarder(comm, backward, shard, optimizer, layout):
+        kept, grad_shard = [], np.empty(layout.width)
+        for l, block in backward:
+            kept.append(block)  # reduce-scattered in time, but never freed
+            grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = reduce_scatter(comm, layout.padded(l, block))[0]
+        optimizer.step(grad_shard)
+        return gathered_weights(comm, shard, layout)
+    result = check_zero2_step(hoarder, quiet=True)
+    assert result.status == "fail" and "still held" in result.message
+
+
+def test_rejects_an_allreduce_per_bucket_by_its_bytes():
+    def via_allreduce(comm, backward, shard, optimizer, layout):
+        grad_shard = np.empty(layout.width)
+        for l, block in backward:
+            grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = allreduce(comm, layout.padded(l, block))[comm.rank]
+        optimizer.step(grad_shard)
+        return gathered_weights(comm, shard, layout)
     result = check_zero2_step(via_allreduce, quiet=True)
-    assert result.status == "fail" and "1.5 x that" in result.message
+    assert result.status == "fail" and "sent" in result.message
 
 
 def test_rejects_a_step_without_the_sum():
-    def local_only(comm, grad, shard, optimizer, layout):
-        optimizer.step(layout.rows(grad)[comm.rank])  # my shard of my own gradient only
-        return gathered_weights(comm, shard, layout, grad)
+    def local_only(comm, backward, shard, optimizer, layout):
+        grad_shard = np.empty(layout.width)
+        for l, block in backward:
+            reduce_scatter(comm, layout.padded(l, block))
+            grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = layout.padded(l, block)[comm.rank]
+        optimizer.step(grad_shard)
+        return gathered_weights(comm, shard, layout)
     result = check_zero2_step(local_only, quiet=True)
     assert result.status == "fail" and "differ from serial training" in result.message
 
 
 def test_rejects_a_wrong_return_value():
-    def shard_only(comm, grad, shard, optimizer, layout):
-        optimizer.step(reduce_scatter(comm, layout.rows(grad))[0])
+    def shard_only(comm, backward, shard, optimizer, layout):
+        zero2_step(comm, backward, shard, optimizer, layout)
         return shard
     result = check_zero2_step(shard_only, quiet=True)
     assert result.status == "fail" and "whole flat weights" in result.message
 
 
 def test_a_stub_is_todo():
-    def stub(comm, grad, shard, optimizer, layout):
+    def stub(comm, backward, shard, optimizer, layout):
         raise NotImplementedError
     assert check_zero2_step(stub, quiet=True).status == "todo"

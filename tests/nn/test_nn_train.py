@@ -110,3 +110,22 @@ def test_momentum_trains_digits_too():
     h = train(mlp, data.X_train, data.y_train, epochs=5, lr=0.02, momentum=0.9, X_test=data.X_test,
               y_test=data.y_test)
     assert h.test_accuracy[-1] >= 0.9
+
+
+def test_scheduled_optimizer_follows_goyal_warmup():
+    import numpy as np
+    import pytest
+
+    from coursekit.nn.optim import SGD, Scheduled
+    from coursekit.parallel.data_parallel.lr_rules import LRSchedule
+
+    params = np.zeros(3)
+    opt = Scheduled(SGD(params, 0.1), LRSchedule(0.1, "linear_warmup", 32, warmup_steps=4))
+    rates = []
+    for _ in range(6):
+        opt.step(np.ones(3))
+        rates.append(opt.lr)
+    assert rates == pytest.approx([0.1, 0.1 + 3.1 / 4, 0.1 + 6.2 / 4, 0.1 + 9.3 / 4, 3.2, 3.2])
+    assert params == pytest.approx(-sum(rates) * np.ones(3))
+    with pytest.raises(TypeError, match="schedule"):
+        Scheduled(SGD(params, 0.1), 3.2)

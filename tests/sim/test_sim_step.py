@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from coursekit.sim import Network, allreduce_time
+from coursekit.sim import Network, allreduce_time, resnet50
 from coursekit.sim.step import Stragglers, Workload, buckets, scaling, simulate_step
 
 NET = Network(2, 2, 1e-5, 1e-9, 1e-4, 1e-8)
@@ -108,3 +108,18 @@ def test_step_rejects_bad_options():
         simulate_step(WORK, NET, algorithm="star")
     with pytest.raises(ValueError, match="launch_s"):
         simulate_step(WORK, NET, launch_s=-1.0)
+
+
+def test_fp16_fusion_threshold_applies_to_the_bytes_sent():
+    # Horovod fills its fusion buffer with the fp16 tensors: 4 tensors of 2 MB fp32 = 1 MB fp16
+    # each; a 2 MB threshold packs two fp16 tensors per bucket (fp32 would give one per bucket)
+    work = Workload("four", [2e6] * 4, [1e-3] * 4, 1e-3, 0.0, 8)
+    fp32 = simulate_step(work, NET, fusion_bytes=2e6)
+    fp16 = simulate_step(work, NET, fusion_bytes=2e6, fp16=True)
+    assert fp32.bucket_bytes.tolist() == [2e6] * 4
+    assert fp16.bucket_bytes.tolist() == [2e6, 2e6]  # two 1 MB fp16 tensors each
+    resnet = resnet50.workload(batch=64)
+    big = simulate_step(resnet, resnet50.case_study_network(nodes=128), fusion_bytes=64 * 2**20,
+                        fp16=True, algorithm="hierarchical")
+    assert big.bucket_bytes.sum() == pytest.approx(resnet.grad_bytes.sum() / 2)
+    assert big.bucket_bytes.size == 1  # 48.8 MiB of fp16 never fills a 64 MiB buffer

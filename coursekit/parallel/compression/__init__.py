@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import Compressed, Compressor
-from .communicator import Exchanged, allgatherv, exchange, predict_seconds
+from .communicator import Exchanged, allgatherv, exchange, predict_seconds, sent_per_rank
 from .lowrank import PowerSGD
 from .memory import ErrorFeedback, NoMemory, make_memory
 from .quantization import FP16, QSGD, LevelQuantizer, NoCompression, TernGrad, Uniform
@@ -83,4 +83,5 @@ def make_compressor(name: str, value=None, *, rng=0, sizes=None):
 __all__ = ["COMPRESSORS", "Entry", "FP16", "QSGD", "Compressed", "Compressor", "ErrorFeedback",
            "Exchanged", "LevelQuantizer", "NoCompression", "NoMemory", "PowerSGD", "RandomK",
            "Sign", "TernGrad", "Threshold", "TopK", "Uniform", "allgatherv", "exchange",
-           "make_compressor", "make_memory", "predict_seconds"]
+           "make_compressor", "make_memory", "predict_seconds",
+           "sent_per_rank"]

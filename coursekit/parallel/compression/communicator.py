@@ -143,3 +143,24 @@ def predict_seconds(collective: str, p: int, payload_nbytes, alpha: float, beta:
         return costmodel.predict("allgather", "ring", p, p * n, alpha, beta)
     rounds = 2 if collective == "powersgd" else 1
     return rounds * costmodel.predict("allreduce", algorithm, p, n / rounds, alpha, beta)
+
+
+def sent_per_rank(collective: str, p: int, payload_nbytes: int, *, itemsize: int = 4,
+                  algorithm: str = "ring") -> int:
+    """Bytes the busiest rank sends in one exchange of a ``payload_nbytes`` payload per rank.
+
+    allreduce (ring): 2(p-1)/p x payload, about 2 x payload for many ranks: for a float32
+    gradient of n elements, about **8n bytes**, whatever p. allgather (ring, equal payloads):
+    (p-1) x payload, growing with p: top-k's payload is 8k bytes (a 4-byte index and a 4-byte
+    value per kept element), so it sends (p-1) 8k bytes, and 1% top-k (k = n/100) sends as
+    much as the dense ring allreduce at p = 100. ``itemsize``: the allreduce's element size.
+    Counted by :func:`coursekit.costmodel.traffic` (the chunks of ``np.array_split``).
+    """
+    if collective == "allreduce":
+        t = costmodel.traffic("allreduce", algorithm, p, int(payload_nbytes), itemsize=itemsize)
+    elif collective == "allgather":
+        t = costmodel.traffic("allgather", "ring", p, p * int(payload_nbytes),
+                              itemsize=max(1, int(payload_nbytes)))
+    else:
+        raise ValueError(f"collective={collective!r}: allowed 'allreduce', 'allgather'")
+    return int(t.nbytes.max())

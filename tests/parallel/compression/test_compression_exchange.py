@@ -143,3 +143,19 @@ def test_topk_99_with_error_feedback_matches_uncompressed_and_without_it_does_wo
     assert dense > 0.93
     assert abs(dense - ef) <= 0.01
     assert no_ef < dense - 0.02
+
+
+def test_sent_per_rank_in_bytes_topk_breaks_even_at_p_100():
+    from coursekit.parallel.compression import TopK, sent_per_rank
+
+    n = 40_000  # float32 elements: 160 kB
+    payload = TopK(0.01).compress(np.ones(n, np.float32) + np.arange(n, dtype=np.float32)).nbytes
+    assert payload == 8 * n // 100  # 4-byte index + 4-byte value per kept element
+    for p in (2, 4, 64, 100, 128):
+        dense = sent_per_rank("allreduce", p, 4 * n)
+        assert dense == pytest.approx(2 * (p - 1) / p * 4 * n, abs=8 * p)  # about 8n bytes
+        assert sent_per_rank("allgather", p, payload) == (p - 1) * payload
+    assert sent_per_rank("allreduce", 4, 4 * n) / sent_per_rank("allgather", 4, payload) == 25.0
+    assert sent_per_rank("allreduce", 100, 4 * n) == sent_per_rank("allgather", 100, payload)
+    with pytest.raises(ValueError, match="collective='bcast'"):
+        sent_per_rank("bcast", 4, 8)
