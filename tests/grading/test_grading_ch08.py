@@ -36,38 +36,40 @@ def test_rejects_zero1_which_waits_for_the_whole_gradient():
     assert result.status == "fail" and "before asking for the next" in result.message
 
 
-def test_rejects_keeping_the_blocks():
-    def hoarder(comm, backward, shard, optimizer, layout):
-        kept, grad_shard = [], np.empty(layout.width)
+def step_with(shard_of_block):
+    """A student's ZeRO-2 step whose only choice is how a gradient block becomes this rank's
+    shard of it: ``shard_of_block(comm, layout, l, block)``."""
+    def step(comm, backward, shard, optimizer, layout):
+        grad_shard = np.empty(layout.width)
         for l, block in backward:
-            kept.append(block)  # reduce-scattered in time, but never freed
-            grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = reduce_scatter(comm, layout.padded(l, block))[0]
+            grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = shard_of_block(comm, layout, l, block)
         optimizer.step(grad_shard)
         return gathered_weights(comm, shard, layout)
-    result = check_zero2_step(hoarder, quiet=True)
+    return step
+
+
+def test_rejects_keeping_the_blocks():
+    kept = []
+
+    def keep(comm, layout, l, block):
+        kept.append(block)  # reduce-scattered in time, but never freed
+        return reduce_scatter(comm, layout.padded(l, block))[0]
+    result = check_zero2_step(step_with(keep), quiet=True)
     assert result.status == "fail" and "still held" in result.message
 
 
 def test_rejects_an_allreduce_per_bucket_by_its_bytes():
-    def via_allreduce(comm, backward, shard, optimizer, layout):
-        grad_shard = np.empty(layout.width)
-        for l, block in backward:
-            grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = allreduce(comm, layout.padded(l, block))[comm.rank]
-        optimizer.step(grad_shard)
-        return gathered_weights(comm, shard, layout)
-    result = check_zero2_step(via_allreduce, quiet=True)
+    def via_allreduce(comm, layout, l, block):
+        return allreduce(comm, layout.padded(l, block))[comm.rank]
+    result = check_zero2_step(step_with(via_allreduce), quiet=True)
     assert result.status == "fail" and "sent" in result.message
 
 
 def test_rejects_a_step_without_the_sum():
-    def local_only(comm, backward, shard, optimizer, layout):
-        grad_shard = np.empty(layout.width)
-        for l, block in backward:
-            reduce_scatter(comm, layout.padded(l, block))
-            grad_shard[layout.offsets[l]:layout.offsets[l + 1]] = layout.padded(l, block)[comm.rank]
-        optimizer.step(grad_shard)
-        return gathered_weights(comm, shard, layout)
-    result = check_zero2_step(local_only, quiet=True)
+    def local_only(comm, layout, l, block):
+        reduce_scatter(comm, layout.padded(l, block))
+        return layout.padded(l, block)[comm.rank]
+    result = check_zero2_step(step_with(local_only), quiet=True)
     assert result.status == "fail" and "differ from serial training" in result.message
 
 
