@@ -38,7 +38,10 @@ class DPConfig:
     Exchange: ``exchange`` in :data:`EXCHANGES`; ``algorithm`` for allreduce (any of
     chapter 2's); ``average_every`` = k for local SGD; ``bucket_bytes`` splits the gradient
     into buckets of that many bytes (allreduce only; None = one piece) that are reduced
-    while the backward pass still runs when ``overlap``.
+    while the backward pass still runs when ``overlap``. ``backward``: "fused" (one Numba
+    call for the whole forward + backward, the fastest on the CPU) or "layers" (NumPy,
+    layer by layer, :mod:`coursekit.nn.reference`); the overlapped backward always runs
+    layer by layer, so a fair timing of overlap against no overlap uses "layers" for both.
     Device: ``device`` where every worker computes its gradient: "cpu", "cuda" (each
     engine the GPU of its local rank) or "auto" (the GPU where numba finds one). On a GPU a
     step is t_compute + t_stage + t_comm, t_stage the host <-> device copies (the flat
@@ -69,6 +72,7 @@ class DPConfig:
     average_every: int = 1
     bucket_bytes: int | None = None
     overlap: bool = True
+    backward: str = "fused"
     device: str = "cpu"
     straggler_rank: int | None = None
     slow_factor: float = 1.0
@@ -111,6 +115,12 @@ class DPConfig:
                 raise ValueError(f"bucket_bytes applies to exchange='allreduce' only (got "
                                  f"exchange={self.exchange!r}); use bucket_bytes=None")
         checks.boolean(self.overlap, "overlap")
+        if self.backward not in ("fused", "layers"):
+            raise ValueError(f"backward={self.backward!r}: allowed 'fused' (one Numba call) or "
+                             "'layers' (NumPy, layer by layer, as the overlapped backward)")
+        if self.device == "cuda" and self.backward == "layers":
+            raise ValueError("backward='layers' runs in NumPy on the host; use device='cpu' or "
+                             "'auto', or backward='fused' on the GPU")
         check_device(self.device)
         if self.device == "cuda" and self.overlapping:
             raise ValueError("device='cuda' cannot overlap buckets with the backward pass: the "
@@ -140,7 +150,7 @@ class DPConfig:
     def worker_device(self) -> str:
         """The device each worker's MLP is built with: ``device``, except "cpu" for the
         overlapped backward (host NumPy, layer by layer), where "auto" computes on the CPU."""
-        return "cpu" if self.overlapping else self.device
+        return "cpu" if self.overlapping or self.backward == "layers" else self.device
 
     def check_workers(self, n_workers) -> int:
         """N itself; ValueError when this run cannot use N workers."""

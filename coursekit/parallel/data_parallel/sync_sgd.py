@@ -73,12 +73,12 @@ def _local_gradient(mlp, X, y, grad, exchange, rec) -> float:
     """Mean loss of (X, y); its gradient into ``grad``.
 
     Without overlap: one fused call (Numba on the CPU; on a GPU staged in, computed, staged
-    out, timed as "stage", "compute", "stage" spans). With overlap (CPU only): layer by
-    layer in NumPy (:mod:`coursekit.nn.reference`), launching every bucket the moment its
+    out, timed as "stage", "compute", "stage" spans). With overlap or ``backward="layers"``
+    (CPU only): layer by layer in NumPy (:mod:`coursekit.nn.reference`), launching every bucket the moment its
     last layer's gradient exists. NumPy's matrix products release the GIL, so the reducer
     thread communicates while the earlier layers compute (the Numba kernels hold the GIL).
     """
-    if not exchange.overlapping:
+    if not exchange.overlapping and exchange.cfg.backward == "fused":
         return mlp.loss_and_grad(X, y, out=grad, validate=False, timer=rec.part)[0]
     with rec.compute("forward"):
         acts = reference.forward(mlp.params, mlp.sizes, mlp.activation, X)

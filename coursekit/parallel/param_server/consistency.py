@@ -14,12 +14,24 @@ shard's version when the gradient is applied minus the version it was computed o
   averaged into one update, applied once every live worker has pushed iteration ``k``
   (Li et al., OSDI 2014), so ``version == min_clock`` and a worker at clock ``c`` reads
   ``version >= c - s``: every staleness lies in ``0..s``. ``s = 0`` is BSP exactly.
+  Reads are **read-my-writes** (Ho et al., NIPS 2013): the weights a worker pulls include
+  its own gradients still waiting for the slower workers, each as its ``1/W`` share of
+  the update it will join (:meth:`.server.ShardServer.own_view`). Simplified against Ho
+  et al., whose server applies each additive update the moment it arrives, so a reader
+  may also see *fresher* updates of the others: here the others' updates of an iteration
+  appear together once it is complete, so a reader always gets the worst case the bound
+  allows for them, and the staleness histograms are an upper bound on what Ho et al.'s
+  system would show.
 * **ASP** (asynchronous, Downpour SGD): no gate; every pushed gradient is applied the moment
   it arrives, ``w <- w - lr * g`` (version + 1); workers fetch every ``n_fetch`` steps and
   push the sum of their last ``n_push`` gradients. Staleness is unbounded.
 
 A **warm-up** of ``warmup`` iterations runs synchronously (as SSP with ``s = 0``) before SSP or
-ASP take over: DistBelief started asynchronous training only after such a phase.
+ASP take over. This is our choice, not DistBelief's: Dean et al. (2012) warm-started
+Downpour by training a *single* replica first and only then starting the others (and
+credited Adagrad for its stability); they had no synchronous phase across workers. Here
+every worker takes part in the warm-up, which on one data set is the same large-batch
+SGD as BSP (``warmup == steps`` gives BSP's weights exactly).
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ or lost:
   has pushed iteration k, then the gradients are averaged in worker order and applied
   once (``version`` becomes k + 1). Under ASP: applied at once.
 * PULL before iteration c: answered when the consistency gate allows it
-  (``c - min_clock <= s``, see :mod:`.consistency`), at once under ASP.
+  (``c - min_clock <= s``, see :mod:`.consistency`), at once under ASP. Under SSP the
+  reply is read-my-writes (Ho et al. 2013): the shard's weights plus the worker's own
+  gradients it holds for iterations not yet applied, each as its share ``-lr/W_live * g``
+  of the update it will join (:meth:`ShardServer.own_view`). The other workers' pending
+  gradients stay invisible: a reader sees them exactly at the bound's worst case.
 * A gradient of the wrong size or dtype is rejected: logged in ``errors``, the worker's
   clock still advances (its iteration counts without it) and the others are served on.
 * A worker that owes the shard a message and stays silent for ``worker_timeout`` seconds
@@ -168,9 +172,28 @@ class ShardServer:
         if every and self.version % every == 0:
             self.checkpoints.append(str(self.state().save(self.cfg.checkpoint_dir)))
 
+    def own_view(self, w: int) -> np.ndarray:
+        """The weights worker ``w`` reads: read-my-writes (Ho et al. 2013).
+
+        Its own gradients of iterations this shard has not applied yet (they wait for the
+        slower workers in ``pending``) are added as the share each will have in its
+        iteration's averaged update, ``w - lr/W_live * sum_k g_w(k)`` (the SGD term; with
+        momentum the velocity's later echo of them is not previewed). With nothing pending
+        (BSP, SSP with s = 0, ASP) this is ``params`` itself, so SSP at s = 0 stays BSP bit
+        for bit."""
+        mine = [got[w][0] for k, got in sorted(self.pending.items())
+                if k >= self.version and w in got and got[w][0] is not None]
+        if not mine:
+            return self.params
+        total = mine[0].copy()
+        for g in mine[1:]:
+            total += g
+        total *= self.params.dtype.type(self.cfg.lr / max(int(self.live.sum()), 1))
+        return self.params - total
+
     def reply(self, w: int, status: int) -> None:
         send_reply(self.comm, self.topology.worker_ranks[w], self.version, self.applied,
-                   int(self.clocks[w]), status, self.params)
+                   int(self.clocks[w]), status, self.own_view(w))
         self.last_heard[w] = self.elapsed()
 
     # ---- gate, failures, end ------------------------------------------------------------------

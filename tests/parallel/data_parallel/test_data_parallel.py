@@ -90,6 +90,21 @@ def test_averaging_every_step_is_sync_sgd_and_every_k_steps_is_not(digits):
     assert np.isfinite(local_sgd.params).all()                 # ... still one model at the end
 
 
+@pytest.mark.parametrize("bucket_bytes", [None, 4096])
+def test_the_layer_by_layer_backward_equals_serial_without_overlap(digits, bucket_bytes):
+    """backward="layers": the overlapped path's NumPy kernel, used without overlap (chapter 3
+    times all three bucket variants with the same kernel)."""
+    X, y, *_ = digits
+    cfg = base(bucket_bytes=bucket_bytes, overlap=False, backward="layers", momentum=0.9)
+    got = data_parallel.train(THREADS, cfg, (X, y), workers=3)
+    np.testing.assert_allclose(got.params, serial(cfg, X, y)[0], **TOL)
+    assert {"forward", "backward"} <= {s.kind for s in got.spans}
+    with pytest.raises(ValueError, match="backward='auto'"):
+        replace(cfg, backward="auto")
+    with pytest.raises(ValueError, match="backward='layers' runs in NumPy on the host"):
+        replace(cfg, bucket_bytes=None, backward="layers", device="cuda")
+
+
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("bucket_bytes", [512, 4096, 1 << 20])
 def test_bucketed_allreduce_equals_serial(digits, bucket_bytes, overlap):

@@ -255,3 +255,38 @@ def test_only_a_version_every_shard_saved_is_restored(tmp_path):
                                            r"\[64, 32, 10\] there, \[64, 16, 10\] here"):
         train(THREADS, PSConfig(model="ssp", steps=10, resume=True, sizes=(64, 16, 10),
                                 checkpoint_dir=str(tmp_path)), DATA, workers=2, servers=2)
+
+
+# ---- read-my-writes ------------------------------------------------------------------------------
+def test_an_ssp_worker_reads_its_own_pending_update():
+    """Ho et al.'s read-my-writes: worker 0 pushes g for iteration 0 while worker 1 has not
+    pushed yet; its next pull (allowed: s = 1) holds w0 - lr/2 g, not the shard's w0."""
+    import threading
+
+    cfg = PSConfig(model="ssp", staleness=1, steps=1, dtype="float64", lr=0.5)
+    n = cfg.n_params
+    g = np.linspace(-1.0, 1.0, n)
+    pushed, seen = threading.Event(), {}
+
+    def worker(comm):
+        comm.barrier()
+        w0 = np.empty(n)
+        send_request(comm, 0, PULL, comm.rank, HELLO)
+        recv_reply(comm, 0, w0)
+        if comm.rank == 1:  # worker 0: push, then read at clock 1 before worker 1 pushes
+            send_request(comm, 0, PUSH, comm.rank, 1, 0, 1, g)
+            send_request(comm, 0, PULL, comm.rank, 1)
+            mine = np.empty(n)
+            seen["version"] = recv_reply(comm, 0, mine)[0]
+            seen["w0"], seen["mine"] = w0, mine
+            pushed.set()
+        else:  # worker 1 pushes only after worker 0 has read
+            assert pushed.wait(10)
+            send_request(comm, 0, PUSH, comm.rank, 1, 0, 1, -g)
+        send_request(comm, 0, DONE, comm.rank, 1)
+
+    outputs = run_local(lambda comm: train_ps(comm, cfg) if comm.rank == 0 else worker(comm),
+                        3, timeout=20)
+    assert seen["version"] == 0  # the shard has applied nothing yet ...
+    np.testing.assert_array_equal(seen["mine"], seen["w0"] - 0.25 * g)  # ... but it sees its own
+    np.testing.assert_array_equal(outputs[0].params, seen["w0"])  # mean(g, -g) = 0 applied
