@@ -220,13 +220,13 @@ print("PASS: constant drops by over 0.2 at N = 16; linear (with or without warm-
 # Worker 0 is made slower by a factor (its compute spans are stretched: it keeps its core
 # busy for that much longer, as a slower processor would). A wider network (64-1024-1024-10,
 # 128 examples per worker) makes the compute large enough to see next to the allreduce.
-# Everybody's step time follows the straggler: the others wait in the allreduce, so a step
-# lasts at least the straggler's compute, and it grows at least half as fast as that
-# compute does (the cell checks the slope of a line fitted through the four runs: the
-# allreduce's own time varies from run to run, and one slow run can hide the growth
-# between two endpoints). The slope is not 1 here, and not steady: between about 0.7 and
-# 2 in our runs on 2 cores. The straggler is made slow by spinning on its core, and with 4
-# engines on 2 cores that takes CPU from the other engines, whose own compute and
+# Everybody's step time follows the straggler: the others wait in the allreduce, so every
+# step lasts at least the straggler's compute (the cell checks this for each of the four
+# runs). How fast the step grows with that compute is noisy here (the slope of a line
+# fitted through the four runs, printed below): between about 0.7 and 2 in our runs on 2
+# idle cores, and as low as 0.1 with every core busy elsewhere. The straggler is made slow
+# by spinning on its core, and with 4 engines on 2 cores that takes CPU from the other
+# engines, whose own compute and
 # allreduce then stretch too (the cell below prints the slope and the others' compute);
 # a busy machine adds its own noise. On a cluster with a core per rank the slope would be
 # about 1; what departs from it is an artefact of fewer cores than engines.
@@ -238,7 +238,7 @@ dpv.plot_straggler(strag)
 show()
 # what the text says, on these measurements
 follows = np.polyfit(strag.straggler_compute, strag.time_per_step, 1)[0]  # slope
-assert follows > 0.5 and np.all(strag.time_per_step >= strag.straggler_compute), follows
+assert np.all(strag.time_per_step >= strag.straggler_compute), (strag.time_per_step, strag.straggler_compute)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -276,11 +276,11 @@ for ax, (title, bucket, overlap) in zip(axes, [("one piece", None, False),
     bucket_runs[title] = res
 fig.tight_layout()
 show()
-# the same kernel in all three: the fastest step's compute (the least disturbed by a loaded
-# machine) within a generous 3x of each other
-backward = [float(np.min(r.compute_s.max(axis=0))) for r in bucket_runs.values()]
-assert max(backward) < 3 * min(backward), backward
-print("PASS: the three runs computed with the same layer-by-layer kernel (compute within 3x)")
+# the same kernel in all three: each computed in "forward" and per-layer "backward" spans,
+# which only the NumPy layer-by-layer path records (the fused kernel's span is "compute")
+kinds = [{s.kind for s in r.spans} for r in bucket_runs.values()]
+assert all({"forward", "backward"} <= k for k in kinds), kinds
+print("PASS: the three runs computed with the same layer-by-layer kernel")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
