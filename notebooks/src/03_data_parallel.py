@@ -138,17 +138,18 @@ show()
 # (`costmodel.traffic`; a ring's uneven chunks shift a few bytes between sent and
 # received).
 #
-# The times need a second look: here the ring is usually *slower* than the parameter
-# server at $N = 4$, the reverse of the bandwidth argument. This gradient (64-256-256-10,
-# about 340 KB) is **latency-bound**: by the fitted model the ring's $2(N-1)\alpha$ is
-# larger than its $2\frac{N-1}{N}n\beta$. And $\alpha$ here is no constant: a ring step
+# The times need a second look: on the local cluster (ZeroMQ between engines) the ring is
+# usually *slower* than the parameter server at $N = 4$, the reverse of the bandwidth
+# argument. There this gradient (64-256-256-10, about 340 KB) is **latency-bound**: by the
+# fitted model the ring's $2(N-1)\alpha$ is larger than its $2\frac{N-1}{N}n\beta$ (on MPI
+# engines, whose $\alpha$ is several times smaller, it can come out bandwidth-bound: the
+# cell prints which this cluster's fit says). And $\alpha$ here is no constant: a ring step
 # needs the neighbour it waits for to be running, and with 4 engines on 2 cores it often is
 # not. The ring makes every rank wait through $2(N-1) = 6$ dependent message rounds; a
 # parameter-server worker waits for 2 (its push, then the broadcast), and the server's
-# $N-1$ receives were all sent at once. So the cell checks the cause: the model's latency
-# term beats its bandwidth term, and the measured ring time at $N = 4$ is at least its
-# $2(N-1)$ rounds of the ping-pong $\alpha$ (each round costs more than an idle link's
-# $\alpha$). On a cluster with a core per rank and large gradients the ring wins
+# $N-1$ receives were all sent at once. So the cell checks the cause that holds on every
+# transport: the measured ring time at $N = 4$ is at least its $2(N-1)$ rounds of the
+# ping-pong $\alpha$ (each round costs more than an idle link's $\alpha$). On a cluster with a core per rank and large gradients the ring wins
 # (chapter 2's busy-ring fit predicts collectives better than this ping-pong link).
 
 # %%
@@ -156,15 +157,17 @@ show()
                         rtol=1e-3)) for mode in sweep.busiest_bytes}
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 from coursekit.nn.layout import n_params
 
 N4 = int(sweep.workers[-1])
 nbytes = n_params(big.sizes) * 4
 latency, bandwidth = 2 * (N4 - 1) * link.alpha, 2 * (N4 - 1) / N4 * nbytes * link.beta
-assert latency > bandwidth, (latency, bandwidth)
+print(f"{nbytes / 1e3:.0f} KB at N={N4}: ring latency 2(N-1)·alpha = {latency * 1e3:.2f} ms, "
+      f"bandwidth 2(N-1)/N·n·beta = {bandwidth * 1e3:.2f} ms: "
+      + ("latency-bound" if latency > bandwidth else "bandwidth-bound") + " on this cluster's link")
 assert sweep.comm_per_step["allreduce"][-1] >= 2 * (N4 - 1) * link.alpha, sweep.comm_per_step
-print(f"PASS: {nbytes / 1e3:.0f} KB is latency-bound (ring: 2(N-1)·alpha > 2(N-1)/N·n·beta at "
-      f"N={N4}), and the ring's measured exchange is at least its 2(N-1) rounds of alpha")
+print("PASS: the ring's measured exchange is at least its 2(N-1) rounds of alpha")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
