@@ -8,22 +8,14 @@ for the other's kernels). Sizes are tiny: the simulator runs every GPU thread as
 thread (~0.3 s a step here).
 """
 
-import os
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from cudasim import gpu_or_simulator
 
-def _gpu_or_simulator() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return True
-    from numba import cuda
-
-    return cuda.is_available()
-
-
-if not _gpu_or_simulator():
+if not gpu_or_simulator():
     pytest.skip("needs a GPU, or its own process with NUMBA_ENABLE_CUDASIM=1 "
                 "(see test_data_parallel_device.py)", allow_module_level=True)
 
