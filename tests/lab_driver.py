@@ -121,6 +121,14 @@ def menu(page, *names: str) -> None:
 def open_notebook(page, lab: Lab, path: str, timeout_ms: int = 60_000) -> None:
     page.goto(lab.url(path))
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=timeout_ms)
+    # the indicator reads "idle" before the session has a kernel at all: wait for the
+    # server to run one, or Run All Cells may meet "Select Kernel" instead
+    deadline = time.monotonic() + timeout_ms / 1000
+    while not any(k["execution_state"] == "idle" for k in lab.kernels()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no idle kernel {timeout_ms / 1000:.0f} s after opening {path}: "
+                                 f"{lab.kernels()}")
+        page.wait_for_timeout(100)
     wait_for_kernel_idle(page, timeout_ms)
 
 
@@ -156,8 +164,27 @@ def run_all_cells(page, timeout_ms: int = 120_000, attempts: int = 3) -> None:
             if attempt == attempts - 1:
                 raise AssertionError(f"Run All Cells queued no cell in {attempts} tries; "
                                      + describe_execution(page)) from None
+            answer_kernel_dialog(page)
             page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.click()
     wait_until_executed(page, timeout_ms)
+
+
+def answer_kernel_dialog(page) -> None:
+    """Accept JupyterLab's "Select Kernel" dialog if it is open; fail on any other dialog.
+
+    Running a cell while the session has no kernel yet (its start was slow, seen once in CI
+    under load) opens "Select Kernel" over the notebook, and nothing runs until it is
+    answered; its accept button starts the notebook's own kernel. Any other dialog is not
+    expected here, so its text becomes the failure.
+    """
+    dialog = page.locator(".jp-Dialog")
+    if not dialog.count() or not dialog.first.is_visible():
+        return
+    text = dialog.first.inner_text()
+    if "Select Kernel" not in text:
+        raise AssertionError(f"an unexpected dialog blocks the notebook: {text!r}")
+    dialog.first.locator(".jp-mod-accept").click()
+    dialog.first.wait_for(state="detached", timeout=10_000)
 
 
 def clear_all_outputs(page, attempts: int = 4) -> None:

@@ -290,19 +290,22 @@ def _fresh_tmp(directory: Path, since_ns: int) -> bool:
     return False
 
 
-def _run_until_killed(directory: Path, start: int, wait_for_write: bool, delay: float,
+def _run_until_killed(directory: Path, start: int, wait_for: str, delay: float,
                       log: Path) -> bool:
-    """Start the victim at step ``start``; SIGKILL it ``delay`` s after it starts (or, with
-    ``wait_for_write``, after it begins writing a file). Returns whether the kill left a
-    fresh ``.tmp``, i.e. struck in the middle of a write."""
+    """Start the victim at step ``start``; SIGKILL it ``delay`` s after ``wait_for``: "launch"
+    (it starts), "write" (it begins writing a file) or "step" (both ranks of ``start`` are
+    saved, so the resumed step moves on however slow the machine). Returns whether the kill
+    left a fresh ``.tmp``, i.e. struck in the middle of a write."""
     launched = time.time_ns()
+    ready = {"launch": lambda: True,
+             "write": lambda: _fresh_tmp(directory, launched),
+             "step": lambda: (directory / f"ckpt-{start:08d}-rank{PARTS - 1}.npz").exists()}
     with open(log, "ab") as err:
         proc = subprocess.Popen([sys.executable, __file__, str(directory), str(start)],
                                 stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 60
-        while (wait_for_write and not _fresh_tmp(directory, launched)
-               and time.monotonic() < deadline):
+        while not ready[wait_for]() and time.monotonic() < deadline:
             time.sleep(0.001)
         time.sleep(delay)
         assert proc.poll() is None, f"the victim died by itself: {log.read_text()}"
@@ -323,11 +326,12 @@ def test_sigkill_in_the_middle_of_saves_never_loads_a_wrong_state(tmp_path):
     for rank in range(PARTS):
         _big_checkpoint(base, 0, rank).save(directory)
     step, killed_mid_write, resumed = 0, 0, []
-    # kill within 10 ms of a write's start (3 times), or 0.5 to 2 s after the start (twice:
-    # while it imports, hashes, writes or deletes); the victim's first write begins ~0.7 s in
-    for wait_for_write, window in [(True, (0, 0.01)), (False, (0.5, 2.0)), (True, (0, 0.01)),
-                                   (False, (0.5, 2.0)), (True, (0, 0.01))]:
-        killed_mid_write += _run_until_killed(directory, step + 1, wait_for_write,
+    # kill within 10 ms of a write's start (3 times); 0.5 to 2 s after the launch (while it
+    # imports, hashes, writes or deletes); and up to 0.3 s after it saved a whole step (on a
+    # loaded machine the timed kills alone may all strike before any step is whole)
+    for wait_for, window in [("write", (0, 0.01)), ("launch", (0.5, 2.0)), ("write", (0, 0.01)),
+                             ("step", (0, 0.3)), ("write", (0, 0.01))]:
+        killed_mid_write += _run_until_killed(directory, step + 1, wait_for,
                                               rng.uniform(*window), tmp_path / "victim.log")
         for final in directory.glob("*.npz"):  # renamed files are always whole
             read(final)
