@@ -101,9 +101,8 @@ print(f"final test accuracy {result.test_accuracy[-1]:.3f}")
 # %% [markdown]
 # ## 4. Parameter server vs allreduce
 #
-# With the link model $t = \alpha + n\beta$ (fitted below from a ping-pong between engines
-# 0 and 1, as in chapter 2) and a reduction cost $\gamma$ per byte (`a += b`, timed on every
-# engine), one step's exchange of an $n$-byte gradient costs
+# With the link model $t = \alpha + n\beta$ and a reduction cost $\gamma$ per byte (`a += b`,
+# timed on every engine), one step's exchange of an $n$-byte gradient costs
 #
 # | exchange | time per step | bytes through the busiest rank |
 # |---|---|---|
@@ -116,20 +115,30 @@ print(f"final test accuracy {result.test_accuracy[-1]:.3f}")
 # $\frac{N-1}{N}n$ for the pushes and as much for the pulls, $2\frac{N-1}{N}n$ each way like
 # a ring (chapter 4 computes it with `costmodel.traffic`). Both tables are about large
 # gradients; for small ones the $\alpha$ column decides, as the sweep below shows.
+#
+# We fit $\alpha$ and $\beta$ as chapter 2 did for its collectives, from a ring step with all
+# four engines exchanging at once (`measure.link(engines, "ring")`, the *busy link*), not from
+# a ping-pong between two engines (printed beside it): during an exchange every rank is busy
+# and 4 engines share 2 cores, so each message round also waits for a peer to be scheduled,
+# which an idle pair's ping-pong never sees (chapter 2 found it several times optimistic).
 
 # %%
-link = measure.link(engines, "pingpong", [64, 4096, 65536, 262144, 1048576], repeats=20)
+fit_sizes = [64, 4096, 65536, 262144, 1048576]
+link = measure.link(engines, "pingpong", fit_sizes, repeats=20)  # an idle pair, for comparison
+busy_link = measure.link(engines, "ring", fit_sizes)  # every engine at once: the busy link
 gamma = measure.gamma(engines)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"alpha ~ {link.alpha * 1e6:.0f} us, 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s, "
-      f"gamma ~ {gamma * 1e12:.0f} ps/B")
+print(f"busy link (ring step, all {engines.size} engines): alpha ~ {busy_link.alpha * 1e6:.0f} us, "
+      f"1/beta ~ {busy_link.bandwidth / 1e9:.2f} GB/s; ping-pong pair: alpha ~ "
+      f"{link.alpha * 1e6:.0f} us, 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s; gamma ~ {gamma * 1e12:.0f} ps/B")
 
 # %%
 big = DPConfig(sizes=(64, 256, 256, 10), batch_size=32, epochs=1, max_steps=30, lr=0.05,
                timeline_steps=3)
-sweep = ex.sweep_exchange(engines, big, packed, [1, 2, 3, 4], link.alpha, link.beta, gamma)
+sweep = ex.sweep_exchange(engines, big, packed, [1, 2, 3, 4], busy_link.alpha, busy_link.beta,
+                          gamma)
 dpv.plot_exchange_sweep(sweep)
 show()
 
@@ -141,15 +150,14 @@ show()
 # The times need a second look: here the ring is usually *slower* than the parameter
 # server at $N = 4$, the reverse of the bandwidth argument. This gradient (64-256-256-10,
 # about 340 KB) is **latency-bound**: by the fitted model the ring's $2(N-1)\alpha$ is
-# larger than its $2\frac{N-1}{N}n\beta$. And $\alpha$ here is no constant: a ring step
-# needs the neighbour it waits for to be running, and with 4 engines on 2 cores it often is
-# not. The ring makes every rank wait through $2(N-1) = 6$ dependent message rounds; a
-# parameter-server worker waits for 2 (its push, then the broadcast), and the server's
-# $N-1$ receives were all sent at once. So the cell checks the cause: the model's latency
-# term beats its bandwidth term, and the measured ring time at $N = 4$ is at least its
-# $2(N-1)$ rounds of the ping-pong $\alpha$ (each round costs more than an idle link's
-# $\alpha$). On a cluster with a core per rank and large gradients the ring wins
-# (chapter 2's busy-ring fit predicts collectives better than this ping-pong link).
+# larger than its $2\frac{N-1}{N}n\beta$. At $N = 4$, where every engine is busy as in the
+# fit, the busy-link model predicts the ring's measured exchange within a factor of 3 either
+# way (checked below; the printout says by how much). It over-predicts the parameter server (measured below predicted, checked): the model charges
+# both exchanges $2(N-1)$ rounds of $\alpha$ in a row, but only the ring's rounds depend on
+# each other (each waits for a neighbour that, with 4 engines on 2 cores, is often not
+# running); a parameter-server worker waits for 2 (its push, then the broadcast), and the
+# server's $N-1$ receives were all sent at once, so their latencies overlap. On a cluster
+# with a core per rank and large gradients the ring wins.
 
 # %%
 {mode: bool(np.allclose(sweep.busiest_bytes[mode], sweep.predicted_busiest_bytes[mode],
@@ -160,19 +168,24 @@ from coursekit.nn.layout import n_params
 
 N4 = int(sweep.workers[-1])
 nbytes = n_params(big.sizes) * 4
-latency, bandwidth = 2 * (N4 - 1) * link.alpha, 2 * (N4 - 1) / N4 * nbytes * link.beta
+latency = 2 * (N4 - 1) * busy_link.alpha
+bandwidth = 2 * (N4 - 1) / N4 * nbytes * busy_link.beta
+ring_ratio = sweep.comm_per_step["allreduce"][-1] / sweep.predicted_comm["allreduce"][-1]
+ps_ratio = sweep.comm_per_step["ps"][-1] / sweep.predicted_comm["ps"][-1]
 assert latency > bandwidth, (latency, bandwidth)
-assert sweep.comm_per_step["allreduce"][-1] >= 2 * (N4 - 1) * link.alpha, sweep.comm_per_step
+assert 1 / 3 <= ring_ratio <= 3, ring_ratio
+assert ps_ratio < 1, ps_ratio
 print(f"PASS: {nbytes / 1e3:.0f} KB is latency-bound (ring: 2(N-1)·alpha > 2(N-1)/N·n·beta at "
-      f"N={N4}), and the ring's measured exchange is at least its 2(N-1) rounds of alpha")
+      f"N={N4}); the busy-link model predicts the ring's exchange within 3x either way and "
+      f"over-predicts the parameter server's")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-rounds = sweep.comm_per_step["allreduce"][-1] / (2 * (N4 - 1))
-print(f"ring at N={N4}: {sweep.comm_per_step['allreduce'][-1] * 1e3:.2f} ms exposed comm = "
-      f"{2 * (N4 - 1)} rounds of {rounds * 1e6:.0f} us (ping-pong alpha {link.alpha * 1e6:.0f} us); "
-      f"model: latency {latency * 1e3:.2f} ms, bandwidth {bandwidth * 1e3:.2f} ms; "
-      f"PS {sweep.comm_per_step['ps'][-1] * 1e3:.2f} ms")
+print(f"N={N4}: ring {sweep.comm_per_step['allreduce'][-1] * 1e3:.2f} ms exposed comm, predicted "
+      f"{sweep.predicted_comm['allreduce'][-1] * 1e3:.2f} ms ({ring_ratio:.2f}x; model latency "
+      f"{latency * 1e3:.2f} ms, bandwidth {bandwidth * 1e3:.2f} ms); PS "
+      f"{sweep.comm_per_step['ps'][-1] * 1e3:.2f} ms, predicted {sweep.predicted_comm['ps'][-1] * 1e3:.2f} ms "
+      f"({ps_ratio:.2f}x)")
 
 # %% [markdown]
 # ## 5. Batch size and learning rate
@@ -293,11 +306,13 @@ for title, r in bucket_runs.items():
 #
 # Weak scaling: every worker keeps 32 examples per step, so $N$ workers process $N$ times
 # more per step. Perfect scaling keeps the step time constant (efficiency
-# $T_1/T_N = 1$); the model predicts $T_N = t_\text{compute} + t_\text{comm}(N)$.
+# $T_1/T_N = 1$); the model predicts $T_N = t_\text{compute} + t_\text{comm}(N)$, with
+# $t_\text{comm}$ from the busy link and $\gamma$ of section 4 (a collective keeps every
+# engine busy, which an idle pair's ping-pong does not see).
 
 # %%
-sc = ex.weak_scaling(engines, replace(big, max_steps=40), packed, [1, 2, 4], link.alpha, link.beta,
-                gamma)
+sc = ex.weak_scaling(engines, replace(big, max_steps=40), packed, [1, 2, 4], busy_link.alpha,
+                     busy_link.beta, gamma)
 dpv.plot_scaling(sc)
 show()
 
@@ -313,16 +328,32 @@ for n, step, comp, st, comm, oth, pred, eff in zip(sc.workers, sc.step, sc.compu
 assert np.allclose(sc.compute + sc.stage + sc.comm + other, sc.step)
 
 # %%
-assert sc.efficiency[-1] < sc.predicted_efficiency[-1], (sc.efficiency, sc.predicted_efficiency)
-print("PASS: measured weak-scaling efficiency at N = 4 is below the model's (ping-pong alpha "
-      "and beta are optimistic for 4 busy engines on 2 cores)")
+comm_ratio = sc.comm[-1] / sc.predicted_comm[-1]
+eff_ratio = sc.efficiency[-1] / sc.predicted_efficiency[-1]
+assert 1 / 3 <= comm_ratio <= 3, (sc.comm, sc.predicted_comm)
+assert 1 / 3 <= eff_ratio <= 3, (sc.efficiency, sc.predicted_efficiency)
+assert 2 * (sc.workers[-1] - 1) * busy_link.alpha > 2 * sc.compute[-1], (busy_link.alpha, sc.compute)
+assert sc.workers[-1] * sc.efficiency[-1] < 1 and sc.workers[-1] * sc.predicted_efficiency[-1] < 1
+print("PASS: at N = 4 the busy-link model predicts the measured communication and the "
+      "efficiency within 3x either way; its 2(N-1) rounds of alpha exceed twice the compute; "
+      "measured and predicted, 4 engines process fewer examples per second than one (N·T1/TN < 1)")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficiency "
+      f"{sc.efficiency[-1]:.3f} measured, {sc.predicted_efficiency[-1]:.3f} predicted; "
+      f"throughput against one engine N·T1/TN = {sc.workers[-1] * sc.efficiency[-1]:.2f}")
 
 # %% [markdown]
-# The efficiency $T_1/T_N$ collapses here, far below the model's: every step's gradient is
-# the latency-bound 340 KB of section 4, the compute (under a millisecond) hides nothing,
-# and with more engines than cores each message round waits for a rank to be scheduled.
-# This is the regime the lectures warn about (tiny compute, many messages), not the
-# bandwidth-bound one of large models.
+# The efficiency $T_1/T_N$ collapses here, and the busy-link model predicts the collapse:
+# every step's gradient is the latency-bound 340 KB of section 4, whose ring costs
+# $2(N-1) = 6$ rounds of the busy $\alpha$ at $N = 4$, several milliseconds against a compute
+# under one, which hides nothing. So low an efficiency means that four engines process
+# fewer examples per second than one engine alone ($N \cdot T_1/T_N < 1$, checked): with
+# this model size, data parallelism on this machine only loses. What the model leaves out
+# is "other", ranks waiting for each other to be scheduled, which is why the measured step
+# can still come out longer than the predicted one. This is the regime the lectures warn
+# about (tiny compute, many messages), not the bandwidth-bound one of large models.
 
 # %% [markdown]
 # ### On a GPU cluster: compute + stage + communicate
