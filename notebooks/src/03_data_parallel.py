@@ -404,14 +404,14 @@ print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficienc
 
 # %% [markdown]
 # The efficiency $T_1/T_N$ collapses here, and the busy-link model predicts the collapse:
-# every step's gradient is the latency-bound 340 KB of section 4, whose ring costs
-# $2(N-1) = 6$ rounds of the busy $\alpha$ at $N = 4$, several milliseconds, more than
-# twice the compute (checked), which hides nothing. So low an efficiency means that four engines process
-# fewer examples per second than one engine alone ($N \cdot T_1/T_N < 1$, checked): with
-# this model size, data parallelism on this machine only loses. What the model leaves out
-# is "other", ranks waiting for each other to be scheduled, which is why the measured step
-# can still come out longer than the predicted one. This is the regime the lectures warn
-# about (tiny compute, many messages), not the bandwidth-bound one of large models.
+# every step's gradient is the latency-bound 340 KB of section 4, whose ring costs $2(N-1) =
+# 6$ rounds of the busy $\alpha$ at $N = 4$, several milliseconds, more than twice the
+# compute (checked), which hides nothing. So low an efficiency means that four engines
+# process fewer examples per second than one engine alone ($N \cdot T_1/T_N < 1$, checked):
+# with this model size, data parallelism on this machine only loses. What the model leaves
+# out is "other", ranks waiting for each other to be scheduled, which is why the measured
+# step can still come out longer than the predicted one. This is the regime the lectures
+# warn about (tiny compute, many messages), not the bandwidth-bound one of large models.
 
 # %% [markdown]
 # ### On a GPU cluster: compute + stage + communicate
