@@ -164,7 +164,8 @@ show()
 # with the **majority vote** of their signs, $v = \mathrm{sign}\big(\sum_k
 # \mathrm{sign}(x_k)\big)$: every element moves by exactly `lr`, in the direction most
 # workers agree on (a tie, possible with 4 workers, counts as +1, as a zero gradient
-# does). The size of the gradient is lost, so the step never shrinks. In the paper a
+# does). The size of the gradient is lost, so the step never shrinks: with lr 0.1 the
+# accuracy wanders and stays well below the others'. In the paper a
 # server counts the vote and sends it back with one bit per element too (602 bytes here,
 # the size of a worker's payload); our engines have no server, so they allgather the signs
 # (each sends 3 × 602 bytes a step) and each counts the same vote. Averaging the signs
@@ -190,9 +191,10 @@ assert signs_nbytes == -(-(mlp.n_params + 1) // 8)
 assert vote.wire_bytes[-1] == steps * (vote.p - 1) * signs_nbytes
 assert runs["sign + EF"].final_accuracy >= runs["sign"].final_accuracy + 0.02
 assert abs(runs["sign + EF"].final_accuracy - dense) <= 0.01
-print("PASS: signSGD sends its 1-bit signs ((p - 1) payloads a step on the ring); the "
-      "scaled sign with error feedback is 2 points better than without it and within 1 "
-      "point of uncompressed training")
+assert runs["signsgd"].final_accuracy < runs["sign + EF"].final_accuracy - 0.05
+print("PASS: signSGD sends its 1-bit signs ((p - 1) payloads a step on the ring) and ends "
+      "over 5 points below the scaled sign with error feedback, which is 2 points better "
+      "than without it and within 1 point of uncompressed training")
 
 # %% [markdown]
 # ## 5. Try it: compressor, ratio / bits / rank, error feedback, workers

@@ -221,8 +221,9 @@ print(f"bf16's weight-gradient error / fp16's: ≈{ratios[0]:.1f}x (no scaling),
 assert np.all((1.5 < ratios) & (ratios < 8))
 assert abs(u.grad_error[0] - u.grad_error[1]) < 0.25 * u.grad_error[1]
 assert ratios.max() < smooth_ratio < 10 and smooth_ratio > 5
-print("PASS: bf16's error is 1.5x to 8x fp16's, with or without scaling (within 25% of each "
-      "other); with tanh the ratio is above 5x, nearer the rounding's 8x, and above ReLU's")
+print("PASS: bf16's error is 1.5x to 8x fp16's, with or without scaling (fp16's two errors "
+      "within 25% of each other); with tanh the ratio is above 5x, nearer the rounding's 8x, "
+      "and above ReLU's")
 
 # %% [markdown]
 # Does it matter for training? Four runs from the same weights and batches: fp32, fp16
