@@ -201,9 +201,37 @@ print("PASS: fp16 without scaling loses over 10% of the activation gradients (as
       "within a point), loss scaling keeps all but under 1%, bf16 loses none")
 
 # %% [markdown]
+# bf16 loses nothing to underflow, yet its weight-gradient error is about **3 times**
+# fp16's: bf16 keeps 7 mantissa bits against fp16's 10, so every value it stores is
+# rounded 8 times more coarsely (a relative error of up to $2^{-8}$ against $2^{-11}$).
+# Scaling does not change fp16's error much: it saves the tiny values from underflow, and
+# they hardly weigh in the gradient, but it adds no mantissa bit. Why 3× and not 8×? With
+# ReLU, rounding a pre-activation near 0 can switch a unit on or off: an all-or-nothing
+# change, with a chance proportional to the rounding, so that part of the error grows only
+# like the square root of the rounding ($\sqrt{8} \approx 2.8$). With tanh, which has no
+# such switch, the ratio comes close to 8 (the same measurement on a tanh network):
+
+# %%
+ratios = u.grad_error[2] / u.grad_error[:2]  # bf16 over fp16 without and with scaling
+smooth = underflow(epochs=20, activation="tanh")
+smooth_ratio = smooth.grad_error[2] / smooth.grad_error[1]
+print(f"bf16's weight-gradient error / fp16's: ≈{ratios[0]:.1f}x (no scaling), "
+      f"≈{ratios[1]:.1f}x ({u.labels[1]}); tanh network: ≈{smooth_ratio:.1f}x; "
+      f"rounding: 2^-8 / 2^-11 = {2.0**-8 / 2.0**-11:g}x")
+assert np.all((1.5 < ratios) & (ratios < 8))
+assert abs(u.grad_error[0] - u.grad_error[1]) < 0.25 * u.grad_error[1]
+assert ratios.max() < smooth_ratio < 10 and smooth_ratio > 5
+print("PASS: bf16's error is 1.5x to 8x fp16's, with or without scaling (fp16's two errors "
+      "within 25% of each other); with tanh the ratio is above 5x, nearer the rounding's 8x, "
+      "and above ReLU's")
+
+# %% [markdown]
 # Does it matter for training? Four runs from the same weights and batches: fp32, fp16
 # with dynamic loss scaling (start at $2^{16}$, double after 100 good steps, halve and skip
-# the step on an overflow), bf16, and fp16 without scaling. Then the same with every
+# the step on an overflow), bf16, and fp16 without scaling. PyTorch's `GradScaler` also
+# starts at $2^{16}$ but by default doubles only after 2000 good steps
+# (`growth_interval=2000`); these runs are 10 epochs of 43 steps (430), far fewer than 2000,
+# so we grow S after 100 to see it grow at all. Then the same with every
 # gradient made $2^{22}$ times smaller (the loss multiplied by $\lambda = 2^{-22}$ and the
 # learning rate divided by it: in fp32 exactly the same training), as for a loss term with
 # a small weight.
@@ -214,6 +242,10 @@ tiny = compare_formats(seed=0, loss_weight=2.0**-22)
 for name, result in (("loss as is", plain), ("loss x 2^-22", tiny)):
     print(name + ": " + ", ".join(f"{label} ≈{acc:.1%}" for label, acc in
                                   zip(result.labels, result.test_accuracy)))
+scales = tiny.histories[1].scales  # fp16 + loss scaling, every step
+print(f"fp16 + loss scaling: {scales.size} steps; S grew from 2^{np.log2(scales[0]):g} to "
+      f"2^{np.log2(scales.max()):g} (PyTorch's default of 2000 good steps would keep 2^16)")
+assert scales.size == 10 * 43 < 2000 and scales.max() >= 2.0**16 * 2 ** (scales.size // 100 - 1)
 fp32 = plain.test_accuracy[0]
 assert np.all(np.abs(plain.test_accuracy - fp32) <= 0.015)
 assert np.all(np.abs(tiny.test_accuracy[:3] - tiny.test_accuracy[0]) <= 0.015)

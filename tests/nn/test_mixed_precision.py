@@ -239,8 +239,21 @@ def test_underflow_fp16_loses_small_gradients_scaling_recovers_bf16_keeps_them(d
     assert r.lost_activation_grads[bf16] == 0
     # weight gradients sum over the batch: few vanish (0.03 %), none once scaled
     assert r.lost_weight_grads[scaled] == 0 < r.lost_weight_grads[fp16] < 0.01
-    # bf16 keeps the range, not the precision: 5.2 % gradient error vs 1.6 % for fp16
-    assert r.grad_error[bf16] > 2 * r.grad_error[scaled]
+    # bf16 keeps the range, not the precision: 5.2 % gradient error vs 1.6 % for fp16 (3.3x)
+    assert 1.5 * r.grad_error[scaled] < r.grad_error[bf16] < 8 * r.grad_error[scaled]
+    assert 1.5 * r.grad_error[fp16] < r.grad_error[bf16] < 8 * r.grad_error[fp16]
+
+
+@pytest.mark.slow  # 20 epochs of training with each activation
+def test_bf16_error_over_fp16_is_near_the_rounding_ratio_8_with_a_smooth_activation(digits):
+    """Measured (seed 0): with tanh 7.97x at the initial weights, 6.8x after 20 epochs;
+    with ReLU 3.6x and 3.3x (a rounding near 0 switches a unit on or off)."""
+    for epochs in (0, 20):
+        relu = demos.underflow(epochs, data=digits)
+        tanh = demos.underflow(epochs, data=digits, activation="tanh")
+        ratio = [r.grad_error[2] / r.grad_error[1] for r in (relu, tanh)]
+        assert 1.5 < ratio[0] < ratio[1] < 10, (epochs, ratio)
+        assert ratio[1] > 5, (epochs, ratio)
 
 
 @pytest.mark.slow  # 10 epochs of training in 4 number formats per seed

@@ -33,6 +33,15 @@ def test_slide_arithmetic():
     assert "221,446" in text and "8.7 min" in text and "110%" in text
 
 
+def test_the_slides_figures_give_the_papers_own_time_on_1024_gpus():
+    """99.2% of 1024 x 218 images/s trains 90 epochs in the 8.7 minutes of Jia et al.'s table."""
+    cs = resnet50.CASE_STUDY
+    images_per_s = cs["efficiency_1024"] * 1024 * cs["images_per_s_per_gpu"]
+    minutes = cs["epochs"] * cs["imagenet_train_images"] / images_per_s / 60
+    assert minutes == pytest.approx(cs["minutes_1024"], abs=0.05)
+    assert cs["minutes_1024"] / cs["minutes_2048"] == pytest.approx(1.32, abs=0.005)
+
+
 def test_two_thousand_gpus_gain_less_than_linear():
     """At fixed 64K global batch, 2048 GPUs get 32 images each: efficiency must drop."""
     w = resnet50.workload()

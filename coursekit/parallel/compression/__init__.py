@@ -1,9 +1,9 @@
 """Chapter 6: gradient compression, split the GRACE way.
 
 * compressors, one module per family: :mod:`.quantization` (none, fp16, uniform b-bit,
-  QSGD, TernGrad), :mod:`.sign` (signSGD, scaled sign), :mod:`.sparsification` (top-k,
-  random-k, threshold), :mod:`.lowrank` (PowerSGD). Each docstring gives the formula, the
-  bytes on the wire and whether it is unbiased.
+  QSGD, TernGrad), :mod:`.sign` (signSGD with majority vote, scaled sign),
+  :mod:`.sparsification` (top-k, random-k, threshold), :mod:`.lowrank` (PowerSGD). Each
+  docstring gives the formula, the bytes on the wire and whether it is unbiased.
 * :mod:`.memory`: error feedback (the residual is added to the next gradient).
 * :mod:`.communicator`: :func:`exchange` (allreduce dense payloads, allgather sparse and
   quantized ones), the bytes on the wire, the cost model's time.

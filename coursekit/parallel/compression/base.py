@@ -71,6 +71,17 @@ class Compressor:
         flat = self._decompress(payload.data, payload.size, payload.dtype)
         return flat.astype(payload.dtype, copy=False).reshape(payload.shape)
 
+    def aggregate(self, parts: list) -> np.ndarray:
+        """What every rank steps with, from the decompressed payloads of all ranks (rank
+        order), for the "allgather" collective; GRACE's ``aggregate``. Default: their mean,
+        summed in rank order (bit-identical on every rank). signSGD overrides it with the
+        majority vote (:mod:`.sign`)."""
+        total = np.zeros_like(parts[0])
+        for part in parts:
+            total += part
+        total /= len(parts)
+        return total
+
     def variance_bound(self, n: int) -> float | None:
         """omega with E||C(x) - x||^2 <= omega ||x||^2 for every x of n elements, if the
         compressor is unbiased (None: biased, or no bound known). Error feedback adds

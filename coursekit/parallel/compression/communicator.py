@@ -9,9 +9,11 @@
      decompress the sum (linear compressors: none, fp16);
    * "allgather": every rank receives every payload (:func:`allgatherv`, a ring that also
      carries payloads of different sizes, e.g. threshold sparsification) and decompresses
-     each one;
+     each one, then aggregates them (``compressor.aggregate``: their mean, or signSGD's
+     majority vote);
    * "powersgd": two allreduces, of P then of Q (:mod:`.lowrank`);
-4. memory.update(x, sent); return the mean over ranks (bit-identical on every rank).
+4. memory.update(x, sent); return the mean over ranks (bit-identical on every rank), or
+   for signSGD the majority vote sign(sum of the ranks' signs) (:mod:`.sign`).
 
 The bytes each rank sends follow from the payload sizes alone (:func:`wire_nbytes` uses
 :func:`coursekit.costmodel.traffic`), and :func:`predict_seconds` is the cost model's time
@@ -40,7 +42,8 @@ _SAME = ("every rank must pass a gradient of the same shape and dtype, with the 
 class Exchanged:
     """One exchange as seen by one rank.
 
-    ``mean``: the averaged gradient (the same on every rank); ``sent``: this rank's own
+    ``mean``: the averaged gradient (the same on every rank; for signSGD the majority
+    vote, :meth:`.Compressor.aggregate`); ``sent``: this rank's own
     contribution, decompressed; ``payload_nbytes``: the size of this rank's payload
     (what the compressor reports); ``wire_nbytes``: the bytes this rank sent.
     """
@@ -115,14 +118,14 @@ def exchange(comm, grad: np.ndarray, compressor, memory=None, *,
         wire = _allreduce_wire(comm, payload.nbytes, payload.data.itemsize, algorithm)
     else:
         blocks = allgatherv(comm, payload.data)
-        mean = np.zeros(x.shape, x.dtype)
+        parts = []
         for k, block in enumerate(blocks):  # the same order on every rank: bit-identical means
             try:
-                mean += compressor.decompress(Compressed(block, x.shape, x.dtype))
+                parts.append(compressor.decompress(Compressed(block, x.shape, x.dtype)))
             except (ValueError, IndexError) as err:
                 raise ValueError(f"exchange: rank {k}'s payload does not fit this rank's gradient "
                                  f"{x.dtype}{x.shape} ({err}); {_SAME}") from err
-        mean /= p
+        mean = compressor.aggregate(parts)
         wire = sum(b.nbytes for b in blocks) - blocks[(comm.rank + 1) % p].nbytes if p > 1 else 0
     memory.update(x, sent)
     return Exchanged(mean, sent, payload.nbytes, int(wire))

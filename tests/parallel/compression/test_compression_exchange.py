@@ -7,8 +7,9 @@ import pytest
 from coursekit import costmodel
 from coursekit.comm import run_local
 from coursekit.comm.trace import recording
-from coursekit.parallel.compression import (COMPRESSORS, ErrorFeedback, PowerSGD, Sign, TopK,
-                                            exchange, make_compressor, predict_seconds)
+from coursekit.parallel.compression import (COMPRESSORS, Compressed, ErrorFeedback, PowerSGD,
+                                            Sign, TopK, bitpack, exchange, make_compressor,
+                                            predict_seconds)
 from coursekit.parallel.compression.experiment import CompressionConfig, train
 from coursekit.cluster.runner import LocalRunner
 
@@ -39,9 +40,11 @@ def test_exchange_averages_and_the_trace_counts_the_reported_bytes(name, p):
     value = 1.0 if name == "threshold" else None  # about a third of N(0,1) values pass 1.0
     results = run_local(run_exchange, p, name, value)
     outs = [o for o, _ in results]
-    # every rank holds the same mean: the average of what each rank sent
-    # (fp16 sums in half precision: p roundings of 2^-11 relative, on values below ~4)
-    reference = np.mean([o.sent for o in outs], axis=0)
+    # every rank holds the same mean: the average of what each rank sent (signSGD: their
+    # majority vote, tested below) (fp16 sums in half precision: p roundings of 2^-11
+    # relative, on values below ~4)
+    sent = [o.sent for o in outs]
+    reference = build(name, 0).aggregate(sent) if name == "signsgd" else np.mean(sent, axis=0)
     tol = p * 4 * 2.0**-11 if name == "fp16" else 1e-9
     for o in outs:
         np.testing.assert_array_equal(o.mean, outs[0].mean)
@@ -64,6 +67,36 @@ def test_exchange_averages_and_the_trace_counts_the_reported_bytes(name, p):
             expected = sum(costmodel.traffic("allreduce", "ring", p, b, itemsize=8).nbytes[rank]
                            for b in (first, second))
         assert o.wire_nbytes == expected, (rank, o.wire_nbytes, expected)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5])
+def test_signsgd_steps_with_the_majority_vote_of_the_workers_signs(p):
+    """Bernstein et al.'s aggregation: sign(sum of the workers' signs), one bit per element
+    (a tie, possible with an even p, counts as +1), not the mean of the signs."""
+    outs = [o for o, _ in run_local(run_exchange, p, "signsgd")]
+    signs = np.array([np.where(grads_of(r)[0] >= 0, 1.0, -1.0) for r in range(p)])
+    votes = signs.sum(axis=0)
+    for rank, o in enumerate(outs):
+        np.testing.assert_array_equal(o.sent, signs[rank])
+        np.testing.assert_array_equal(o.mean, np.where(votes >= 0, 1.0, -1.0))
+        np.testing.assert_array_equal(o.mean[votes != 0], np.sign(votes[votes != 0]))
+    assert set(np.unique(outs[0].mean)) == {-1.0, 1.0}  # a 1-bit result ...
+    vote = bitpack.pack_marked(outs[0].mean > 0, 1)     # ... that fits one sign payload
+    assert vote.nbytes == outs[0].payload_nbytes == -(-(N + 1) // 8)
+    np.testing.assert_array_equal(Sign(scaled=False).decompress(
+        Compressed(vote, (N,), np.dtype(np.float64))), outs[0].mean)
+    assert (np.abs(signs.mean(axis=0)) < 1).any()  # workers disagree somewhere ...
+    assert not np.array_equal(outs[0].mean, signs.mean(axis=0))  # ... so it is no mean
+    if p % 2 == 0:
+        assert (votes == 0).any() and (outs[0].mean[votes == 0] == 1).all()
+    # the signs travel by a ring allgather: (p - 1) payloads sent per rank
+    assert all(o.wire_nbytes == (p - 1) * -(-(N + 1) // 8) for o in outs)
+
+
+def test_scaled_sign_averages_the_decompressed_payloads():
+    outs = [o for o, _ in run_local(run_exchange, 3, "sign")]
+    np.testing.assert_allclose(outs[0].mean, np.mean([o.sent for o in outs], axis=0),
+                               rtol=0, atol=1e-12)
 
 
 def test_uncompressed_exchange_is_the_plain_mean():
