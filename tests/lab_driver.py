@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -83,12 +84,21 @@ class Lab:
         back and starts a kernel)."""
         return f"http://127.0.0.1:{self.port}/lab/tree/{path}?reset&token={self.token}"
 
-    def kernels(self) -> list[dict]:
-        """The kernels the server runs now (its REST API)."""
+    def kernels(self, retry_s: float = 0) -> list[dict]:
+        """The kernels the server runs now (its REST API). With ``retry_s``, an HTTP 500 is
+        asked again for up to that long: listing while a kernel shuts down can fail (seen once,
+        right after the previous test shut its kernel down)."""
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/kernels",
                                          headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.load(response)
+        deadline = time.monotonic() + retry_s
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return json.load(response)
+            except urllib.error.HTTPError as error:
+                if error.code != 500 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def shut_down_kernels(self) -> list[str]:
         """Shut down every kernel the server runs (after a failed test); return their ids."""
@@ -124,10 +134,10 @@ def open_notebook(page, lab: Lab, path: str, timeout_ms: int = 60_000) -> None:
     # the indicator reads "idle" before the session has a kernel at all: wait for the
     # server to run one, or Run All Cells may meet "Select Kernel" instead
     deadline = time.monotonic() + timeout_ms / 1000
-    while not any(k["execution_state"] == "idle" for k in lab.kernels()):
+    while not any(k["execution_state"] == "idle" for k in lab.kernels(retry_s=10)):
         if time.monotonic() > deadline:
             raise AssertionError(f"no idle kernel {timeout_ms / 1000:.0f} s after opening {path}: "
-                                 f"{lab.kernels()}")
+                                 f"{lab.kernels(retry_s=10)}")
         page.wait_for_timeout(100)
     wait_for_kernel_idle(page, timeout_ms)
 
