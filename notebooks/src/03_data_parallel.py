@@ -293,7 +293,9 @@ print(f"slope {follows:.2f} ms of step per ms of straggler compute; the others' 
 # difference of two noisy medians: on a busy machine, where each collective also waits for
 # its peer to be scheduled, it has come out anywhere from below zero to a few times the
 # model's (the printout gives it). Overlap does start the first buckets' allreduces while
-# the backward still runs (checked on every rank); whether that shortens the step depends
+# the backward still runs (checked on at least one rank: on a loaded machine a rank's
+# reducer thread may be scheduled only after its backward ended, as in one of our runs,
+# 40 µs late on one rank and 3 ms early on the other); whether that shortens the step depends
 # on the machine: the reducer thread competes with the backward for the same core, and
 # with other work on the 2 cores it hid most of the exposed communication in some of our
 # runs, none in others, and can even lose (printed below). With a core per rank, the
@@ -351,11 +353,11 @@ assert 0.2e-3 < model_extra < 5e-3, model_extra  # (b - 1) = 2 collectives of 2 
 assert measured_extra <= 20 * model_extra, (measured_extra, model_extra)
 started = lambda r: [(min(c.start for c in cs), max(x.end for x in bs))  # noqa: E731
                      for cs, bs in zip(per_rank(r, "comm"), per_rank(r, "backward"))]
-assert all(first < last for first, last in started(overlapped)), started(overlapped)
+assert any(first < last for first, last in started(overlapped)), started(overlapped)
 assert all(first >= last for first, last in started(after)), started(after)
 print(f"PASS: buckets after the backward make {b} allreduces per step instead of 1; their extra "
       f"exposed communication is at most 20x the model's (b-1)·2(p-1)·alpha; overlapped, the "
-      f"first allreduce starts before the backward ends on every rank")
+      f"first allreduce starts before the backward ends (on at least one rank)")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
