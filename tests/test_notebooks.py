@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import jupytext
 import nbformat
 import pytest
 
@@ -31,6 +32,11 @@ def code_and_markdown(notebook):
     return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in notebook.cells]
 
 
+def cells_and_ids(notebook):
+    """What a stored notebook must share with its source: cells, tags and the stable ids."""
+    return [(*cell, c.id) for cell, c in zip(code_and_markdown(notebook), notebook.cells)]
+
+
 def test_there_is_a_notebook_for_every_chapter_zero_source():
     names = [s.name for s in SOURCES]
     assert "00_setup.py" in names and "00_latency_bandwidth.py" in names
@@ -39,7 +45,7 @@ def test_there_is_a_notebook_for_every_chapter_zero_source():
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_stored_notebook_matches_its_source_and_is_fully_executed(source):
     stored = nbformat.read(nb.notebook_for(source), as_version=4)
-    assert code_and_markdown(stored) == code_and_markdown(nb.parse_source(source.read_text())), (
+    assert cells_and_ids(stored) == cells_and_ids(nb.parse_source(source.read_text())), (
         f"{nb.notebook_for(source).name} is stale: run coursekit notebooks execute {source}"
     )
     code = [c for c in stored.cells if c.cell_type == "code"]
@@ -124,18 +130,25 @@ def test_only_a_stubs_error_counts_as_one(ename, evalue, stub):
 
 def test_parse_source_cells():
     notebook = nb.parse_source(
-        "# comment before the first cell is dropped\n"
-        "# %% [markdown]\n# # Title\n#\n# text\n\n# %%\nx = 1\n\n\n# %%\n\n# %%\ny = 2\n"
+        "\n# %% [markdown]\n# # Title\n#\n# text\n\n# %%\nx = 1\n\n\n# %%\n\n# %%\ny = 2\n"
     )
     assert code_and_markdown(notebook) == [("markdown", "# Title\n\ntext", []), ("code", "x = 1", []),
                                            ("code", "y = 2", [])]
     assert [c.id for c in notebook.cells] == ["cell-000", "cell-001", "cell-002"]
 
 
-def test_nbval_markers_become_cell_tags_so_students_read_code_first():
-    notebook = nb.parse_source("# %%\n# NBVAL_IGNORE_OUTPUT\nprint(1)\n# %%\n# NBVAL_SKIP\n# a comment\nx = 2\n")
-    assert code_and_markdown(notebook) == [("code", "print(1)", ["nbval-ignore-output"]),
-                                           ("code", "# a comment\nx = 2", ["nbval-skip"])]
+def test_nbval_tags_on_the_cell_marker_become_cell_tags_so_students_read_code_first():
+    notebook = nb.parse_source('# %% tags=["nbval-ignore-output"]\nprint(1)\n'
+                               '# %% tags=["nbval-skip", "nbval-raises-exception"]\n# a comment\nx = 2\n')
+    assert code_and_markdown(notebook) == [
+        ("code", "print(1)", ["nbval-ignore-output"]),
+        ("code", "# a comment\nx = 2", ["nbval-skip", "nbval-raises-exception"]),
+    ]
+
+
+def test_parse_source_ignores_jupytexts_header():
+    header = "# ---\n# jupyter:\n#   kernelspec:\n#     name: other\n# ---\n\n"
+    assert nb.parse_source(header + "# %%\nx = 1\n") == nb.parse_source("# %%\nx = 1\n")
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
@@ -144,9 +157,84 @@ def test_no_stored_cell_shows_an_nbval_marker(source):
     assert not [c.source for c in stored.cells if "NBVAL_" in c.source]
 
 
-def test_parse_source_rejects_code_before_the_first_marker():
-    with pytest.raises(nb.NotebookError, match="must start with a '# %%' cell marker"):
-        nb.parse_source("x = 1\n# %%\ny = 2\n")
+@pytest.mark.parametrize("text, where", [
+    ("# %%[markdown]\n# text\n", 1),                              # the space left out
+    ("# %%\nx = 1\n#%%\ny = 2\n", 3),                              # jupytext starts a cell here
+    ("# %%\nx = 1\n    # %%\ny = 2\n", 3),                          # ... and here
+    ("# %%\nx = 1\n# In[3]:\ny = 2\n", 3),                          # ... and here
+    ("# %%\nx = 1\n# <codecell>\ny = 2\n", 3),                      # ... and here
+    ("# %% [md]\n# text\n", 1),
+    ("# %% [raw]\ntext\n", 1),
+    ("# %% A title\nx = 1\n", 1),
+    ('# %% [markdown] tags=["nbval-skip"]\n# text\n', 1),
+    ('# %% jupyter={"source_hidden": true}\nx = 1\n', 1),
+    ('# %% tags=["nbval-skip"] editable=false\nx = 1\n', 1),
+    ('# %%\nx = 1\n# %% tags=["nbval-ignore-output"\ny = 2\n', 3),  # malformed JSON
+    ("# %% tags=['nbval-skip']\nx = 1\n", 1),                       # JSON has no single quotes
+    ('# %% tags=["nbval-ignore-ouput"]\nx = 1\n', 1),               # a typo in the tag
+    ('# %% tags="nbval-skip"\nx = 1\n', 1),
+    ("# %% tags=[]\nx = 1\n", 1),
+])
+def test_parse_source_refuses_a_cell_marker_it_does_not_read(text, where):
+    with pytest.raises(nb.NotebookError) as error:
+        nb.parse_source(text, name="notebooks/src/99_x.py")
+    assert str(error.value).startswith(f"notebooks/src/99_x.py:{where}: ")
+    assert str(error.value).endswith(nb.MARKERS_ALLOWED)
+
+
+def test_parse_source_refuses_nbvals_comment_naming_the_cell_tag():
+    with pytest.raises(nb.NotebookError) as error:
+        nb.parse_source("# %%\n# NBVAL_IGNORE_OUTPUT\nprint(1)\n")
+    assert str(error.value) == ("source:2: nbval's comment '# NBVAL_IGNORE_OUTPUT' is not read: "
+                                'tag the cell instead, \'# %% tags=["nbval-ignore-output"]\'')
+
+
+@pytest.mark.parametrize("text, where", [
+    ("x = 1\n# %%\ny = 2\n", 1),
+    ("\n# a comment\n# %%\ny = 2\n", 2),
+    ("# ---\n# jupyter: {}\n\n# %%\nx = 1\n", 1),  # a header with no closing '# ---'
+    ("\n\n", 3),
+])
+def test_parse_source_rejects_anything_but_jupytexts_header_before_the_first_marker(text, where):
+    with pytest.raises(nb.NotebookError, match=f"^source:{where}: a notebook source must start with "
+                                               "a '# %%' cell marker"):
+        nb.parse_source(text)
+
+
+def test_execute_names_the_file_and_line_of_a_marker_it_refuses(tmp_path, capsys):
+    source = tmp_path / "src" / "99_x.py"
+    source.parent.mkdir()
+    source.write_text("# %%\nx = 1\n# %% [markdown ]\n# text\n")
+    assert nb.main(["execute", str(source)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {source}:3: '# %% [markdown ]' is not a cell marker")
+    assert not nb.notebook_for(source).exists()
+
+
+# ---- jupytext reads and writes the sources as the builder does --------------------------------
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_jupytext_reads_a_source_as_the_builder_does(source):
+    text = source.read_text()
+    assert code_and_markdown(jupytext.reads(text, fmt="py:percent")) == code_and_markdown(nb.parse_source(text))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_a_source_saved_by_jupytext_builds_the_same_notebook(source):
+    """Opened as a notebook in JupyterLab with jupytext and saved back: the same build. jupytext
+    writes a '# ---' header of the notebook's metadata first, which the builder ignores."""
+    built = nb.parse_source(source.read_text())
+    saved = jupytext.writes(built, fmt="py:percent")
+    assert saved.startswith("# ---\n# jupyter:\n")
+    assert nb.parse_source(saved) == built
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_an_executed_notebook_saved_by_jupytext_keeps_its_cells(source):
+    """The stored notebook, with its outputs and execution metadata, saved as a source by
+    jupytext: the builder reads the same cells, tags and ids back."""
+    stored = nbformat.read(nb.notebook_for(source), as_version=4)
+    assert cells_and_ids(nb.parse_source(jupytext.writes(stored, fmt="py:percent"))) == cells_and_ids(stored)
 
 
 def test_strip_solutions_keeps_indentation_and_hint():

@@ -5,14 +5,29 @@ Notebooks are never edited as JSON. Each one has a percent-format source::
     notebooks/src/00_setup.py    ->  notebooks/00_setup.ipynb
     solutions/src/00_latency.py  ->  solutions/00_latency.ipynb  ->  exercises/00_latency.ipynb
 
-A source is a Python file whose cells start with a ``# %%`` line; a cell that
-starts with ``# %% [markdown]`` is markdown, each of its lines written as a
-``# `` comment. ``execute`` converts a source, runs it top to bottom in a fresh
-kernel and stores the notebook with its outputs (nbval later re-runs it and
-compares). Solution notebooks mark the student's part with nbgrader's
-``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines (text after ``BEGIN
-SOLUTION`` becomes the hint); ``exercises`` replaces each marked block by a stub
-that raises ``NotImplementedError`` and writes the exercise without outputs.
+A source is a Python file whose cells start with a cell marker line, in jupytext's
+percent format::
+
+    # %%                                 a code cell
+    # %% [markdown]                      a markdown cell, each of its lines a "# " comment
+    # %% tags=["nbval-ignore-output"]    a code cell with nbval's tags: a JSON list of
+                                         nbval-ignore-output, nbval-check-output,
+                                         nbval-raises-exception, nbval-skip
+
+Only blank lines and the ``# ---`` header of notebook metadata that jupytext writes (which
+the builder ignores) may come before the first marker; an empty code cell is dropped.
+jupytext reads each course source as the same cells, and a source it writes back from
+the notebook builds the same notebook, so a JupyterLab user with jupytext can open a
+source as a notebook and save it. The builder refuses, naming the file and line, every
+other line that jupytext could read as a cell marker (``# %%[markdown]``, ``#%%``,
+``# %% [md]``, a title, other metadata, malformed JSON, a tag that is not nbval's) and
+nbval's ``# NBVAL_IGNORE_OUTPUT`` comment lines.
+
+``execute`` converts a source, runs it top to bottom in a fresh kernel and stores the
+notebook with its outputs (nbval later re-runs it and compares). Solution notebooks mark
+the student's part with nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines
+(text after ``BEGIN SOLUTION`` becomes the hint); ``exercises`` replaces each marked block
+by a stub that raises ``NotImplementedError`` and writes the exercise without outputs.
 
 Usage::
 
@@ -23,6 +38,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -34,7 +50,22 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_FOLDERS = ("notebooks", "solutions")
-CELL_MARKER = re.compile(r"^# %%(?P<kind> \[markdown\])?\s*$")
+# the cell markers the builder reads (jupytext's spelling): '# %%', '# %% [markdown]',
+# '# %% tags=[...]'
+CELL_MARKER = re.compile(r"^# %%(?: (?P<markdown>\[markdown\])| tags=(?P<tags>.*?))?\s*$")
+# every line jupytext may read as a cell's start (jupytext's cell_reader.py): a cell marker,
+# or an error where CELL_MARKER does not match it
+MARKER_LIKE = re.compile(r"^\s*#\s*(?:%%|<codecell>\s*$|In\[[0-9 ]*\]:?\s*$)")
+# nbval's tags, the only cell metadata a source carries: the first line a student reads in
+# a cell is code, not nbval's "# NBVAL_IGNORE_OUTPUT" comment, which the builder refuses
+NBVAL_TAGS = ("nbval-ignore-output", "nbval-check-output", "nbval-raises-exception", "nbval-skip")
+OLD_NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_(?P<name>\w+)\s*$")
+# what may come before the first marker: blank lines and jupytext's YAML header
+PREAMBLE = re.compile(r"(?:[ \t]*\n)*(?:# ---\n(?:#.*\n)*?# ---\n(?:[ \t]*\n)*)?")
+MARKERS_ALLOWED = (
+    "a cell starts with '# %%', '# %% [markdown]' or '# %% tags=[...]', a JSON list of "
+    + ", ".join(f'"{tag}"' for tag in NBVAL_TAGS)
+)
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[:\s]*(?P<hint>.*?)\s*$")
 END = re.compile(r"^[ \t]*### END SOLUTION\s*$")
 CELL_TIMEOUT_S = 300
@@ -44,9 +75,6 @@ PROGRESS_BAR = re.compile(r"\d+it \[\d\d:\d\d|\d+%\|")
 # ipywidgets' own repr ("VBox(children=(HBox(...", "IntSlider(value=3"): what a widget with
 # no readable fallback shows before its notebook runs; never in a stored or shown output
 RAW_WIDGET_REPR = re.compile(r"^\w+\((children|value)=", re.MULTILINE)
-# nbval's comment markers become cell tags (nbval reads both), so the first line a student
-# reads in a cell is code, not "# NBVAL_IGNORE_OUTPUT"
-NBVAL_MARKER = re.compile(r"^# (?P<marker>NBVAL_(?:IGNORE_OUTPUT|CHECK_OUTPUT|RAISES_EXCEPTION|SKIP))\s*$")
 
 
 class NotebookError(ValueError):
@@ -56,25 +84,35 @@ class NotebookError(ValueError):
 # --------------------------------------------------------------------------- sources
 
 
-def parse_source(text: str) -> nbformat.NotebookNode:
-    """Turn a percent-format source into an (unexecuted) notebook."""
-    cells, kind, lines = [], None, []
+def parse_source(text: str, name: str = "source") -> nbformat.NotebookNode:
+    """Turn a percent-format source into an (unexecuted) notebook.
+
+    A line the builder does not read as jupytext does raises NotebookError, naming
+    ``name`` and the line: ``source:12: ...``.
+    """
+    cells, kind, tags, lines = [], None, [], []
 
     def flush():
         body = "\n".join(lines).strip("\n")
         if kind == "markdown":
             body = "\n".join(re.sub(r"^# ?", "", line) for line in body.split("\n"))
             cells.append(nbformat.v4.new_markdown_cell(body))
-        elif kind == "code" and body.strip():
-            cells.append(code_cell(body))
+        elif body.strip():
+            cells.append(nbformat.v4.new_code_cell(body, metadata={"tags": tags} if tags else {}))
 
-    for line in text.splitlines():
-        marker = CELL_MARKER.match(line)
-        if marker:
+    preamble = PREAMBLE.match(text).end()
+    first = text[:preamble].count("\n") + 1
+    if not MARKER_LIKE.match(text[preamble:].partition("\n")[0]):
+        raise NotebookError(f"{name}:{first}: a notebook source must start with a '# %%' cell "
+                            "marker (after blank lines and jupytext's '# ---' header)")
+    for number, line in enumerate(text[preamble:].splitlines(), first):
+        if MARKER_LIKE.match(line):
             flush()
-            kind, lines = ("markdown" if marker["kind"] else "code"), []
-        elif kind is None and line.strip() and not line.startswith("#"):
-            raise NotebookError("a notebook source must start with a '# %%' cell marker")
+            kind, tags, lines = *cell_marker(line, f"{name}:{number}"), []
+        elif OLD_NBVAL_MARKER.match(line):
+            tag = OLD_NBVAL_MARKER.match(line)["name"].lower().replace("_", "-")
+            raise NotebookError(f"{name}:{number}: nbval's comment {line.strip()!r} is not read: "
+                                f"tag the cell instead, '# %% tags=[\"nbval-{tag}\"]'")
         else:
             lines.append(line)
     flush()
@@ -88,19 +126,24 @@ def parse_source(text: str) -> nbformat.NotebookNode:
     return notebook
 
 
-def code_cell(body: str) -> nbformat.NotebookNode:
-    """A code cell whose nbval comment markers are moved into its tags (``nbval-ignore-output``)."""
-    lines, tags = [], []
-    for line in body.split("\n"):
-        marker = NBVAL_MARKER.match(line)
-        if marker:
-            tags.append(marker["marker"].lower().replace("_", "-"))
-        else:
-            lines.append(line)
-    cell = nbformat.v4.new_code_cell("\n".join(lines).strip("\n"))
-    if tags:
-        cell.metadata["tags"] = tags
-    return cell
+def cell_marker(line: str, where: str) -> tuple[str, list[str]]:
+    """The kind ("code" or "markdown") and nbval tags of a cell marker line."""
+    marker = CELL_MARKER.match(line)
+    if marker is None:
+        raise NotebookError(f"{where}: {line.strip()!r} is not a cell marker the builder reads: "
+                            f"{MARKERS_ALLOWED}")
+    if marker["markdown"]:
+        return "markdown", []
+    if marker["tags"] is None:
+        return "code", []
+    try:
+        tags = json.loads(marker["tags"])
+    except json.JSONDecodeError:
+        tags = None
+    if not (isinstance(tags, list) and tags and all(tag in NBVAL_TAGS for tag in tags)):
+        raise NotebookError(f"{where}: tags={marker['tags']} is not a list of nbval's tags: "
+                            f"{MARKERS_ALLOWED}")
+    return "code", tags
 
 
 def notebook_for(source: Path) -> Path:
@@ -140,7 +183,7 @@ def execute(source: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
     """Run a source in a fresh kernel; store the notebook (and exercise) with outputs."""
     from nbclient import NotebookClient
 
-    notebook = parse_source(source.read_text())
+    notebook = parse_source(source.read_text(), name=str(source))
     target = notebook_for(source)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="coursekit-ipython-") as ipython_dir:

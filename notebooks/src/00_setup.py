@@ -43,8 +43,7 @@ greetings = c.run(hello)
 # Each engine is its own process: on a laptop all on one host, each with its own pid; on
 # a cluster spread over hosts (a pid is only unique on its own host):
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 for g in greetings:
     print(f"rank {g['rank']} of {g['size']}: host {g['host']}, pid {g['pid']}")
 
@@ -77,8 +76,7 @@ fit = costmodel.fit(trips.nbytes, trips.best)  # t_rt = alpha + n beta, relative
 latency, bandwidth = fit.alpha / 2, 2 / fit.beta
 trips.nbytes.tolist()
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 slope, intercept = np.polyfit(trips.nbytes, trips.best, 1)  # the unweighted line, to compare
 
 

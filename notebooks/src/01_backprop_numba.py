@@ -32,8 +32,7 @@ digits
 # Numba's cache in a fraction of a second. The next cell does that now, so no later cell
 # sits silent.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit.nn.warmup import warm_up
 
 print(warm_up())
@@ -113,8 +112,7 @@ print(f"loss {loss:.3f} (ln 10 = {np.log(10):.3f} for a random guess); grad: {gr
 # each partial derivative with error $O(\varepsilon^2)$; in float64 a correct gradient
 # agrees to about $10^{-6}$ relative or better, a wrong one is off by order 1.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 for activation in ("relu", "sigmoid", "tanh"):
     result = gradcheck(MLP([64, 16, 10], activation, seed=1), digits.X_train[:16], digits.y_train[:16])
     print(f"{activation:>8}: {result}")
@@ -137,8 +135,7 @@ history = train(model, digits.X_train, digits.y_train, epochs=20, batch_size=32,
                 X_test=digits.X_test, y_test=digits.y_test, callback=live)
 live(history, force=True)  # draw the final state (the plot skips redraws closer than 0.5 s)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"test accuracy {history.test_accuracy[-1]:.1%} after {history.epochs} epochs, "
       f"{len(history.step_loss)} SGD steps in {history.seconds:.2f} s")
 assert history.test_accuracy[-1] >= 0.95
@@ -146,8 +143,7 @@ assert history.test_accuracy[-1] >= 0.95
 # %% [markdown]
 # How large can the learning rate be? The same 20 epochs at three rates:
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 runs = {}
 for lr in (0.1, 1.0, 3.0):
     with np.errstate(all="ignore"):  # an overflowing loss is the point of the last one
@@ -181,8 +177,7 @@ print("PASS: lr 0.1 smooth; lr 1 spikes then recovers; lr 3 diverges to NaN at c
 panel = BackpropPanel()
 panel
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 panel.run()  # the same as pressing Run: the default settings
 print(panel.status.value)
 
@@ -224,8 +219,7 @@ assert reference_work["total"] == 3 * reference_work["forward"] and round(refere
 print("PASS: backward is ~1x forward here (the first layer, 98.7 % of the work, needs no input gradient); "
       "the reference does 1.5x the step's work")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit.nn.speed import best_time, measure_bandwidth, measure_matmul_peak, single_thread, training_steps
 from coursekit.viz import series_color
 
@@ -256,8 +250,7 @@ for label, (sizes, batch) in configs.items():
 print("\nNumba's step is faster than tight NumPy's by "
       + ", ".join(f"{speed[label]['numpy (tight)'] / speed[label]['numba']:.2f}x ({label})" for label in configs))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3), layout="constrained")
 for ax, (label, times) in zip(axes, speed.items()):
     ax.barh(list(times), [1 / t for t in times.values()], color=[series_color(i) for i in range(len(times))])
@@ -342,8 +335,7 @@ print(f"minimum    : {t_min:,.0f} s = {t_min / 3600:.1f} h on one V100 at 112 TF
 print(f"measured   : MXNet, 1,457 images/s -> {t_real:,.0f} s = {t_real / 3600:.1f} h "
       f"({run.total_flops / t_real / 112e12:.0%} of peak)")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 years = flops.minimum_training_time(run, peak) / (3600 * 24 * 365)
 print(f"on one core of this machine at its measured peak ({peak / 1e9:.0f} GFLOP/s): {years:.1f} years")
 
@@ -367,8 +359,7 @@ print(f"on one core of this machine at its measured peak ({peak / 1e9:.0f} GFLOP
 # fp32 operands; at the V100's fp32 peak (14 TFLOP/s, ridge ≈ 16) the same product is
 # compute-bound. To keep a GPU busy, products must be large: big batches and wide layers.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 devices = list(flops.HARDWARE.values()) + [flops.Hardware("this machine, 1 core (measured)", peak, bandwidth)]
 intensity = np.logspace(-2, 3, 200)
 fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -416,8 +407,7 @@ print("PASS: 256x784x256 is memory-bound on the V100's tensor cores, compute-bou
 # product reaches 40-58 % of cuBLAS, yet a step of these small networks is slower than on
 # one CPU core, because every kernel launch from Python costs tens of microseconds).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit.nn.mlp import resolve_device
 
 device = resolve_device("auto")

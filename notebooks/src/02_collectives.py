@@ -40,8 +40,7 @@ c.size
 sizes = [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216]
 link = measure.link(engines, "pingpong", sizes, repeats=20)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"alpha ~ {link.alpha * 1e6:.1f} us, bandwidth 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s")
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.loglog(link.sizes, link.times * 1e6, "o", label="measured")
@@ -59,8 +58,7 @@ show()
 # engine reads from. Engines on other hosts are never among them, and MPI engines list
 # none: MPI moves data between ranks on one node through shared memory by itself.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # (which engines share a host depends on the cluster you run on)
 def single_copy_peers():
     from coursekit.comm import engine_comm
@@ -84,8 +82,7 @@ peers
 # %%
 exchange_link = measure.link(engines, "swap", sizes)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"exchange: alpha ~ {exchange_link.alpha * 1e6:.1f} us, "
       f"bandwidth 1/beta ~ {exchange_link.bandwidth / 1e9:.2f} GB/s")
 fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -193,8 +190,7 @@ print("PASS: at p = 4 busbw reaches 1/beta for ring and Rabenseifner, 0.75/beta 
 # The four allreduce algorithms at four sizes on the four engines, against the model with the
 # link fitted above (engines 0 and 1 swapping while the other two sat idle):
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit.collectives import timing
 
 check_sizes = [4096, 65536, 1 << 20, 1 << 22]
@@ -232,8 +228,7 @@ for alg, t in timings.items():
 # against 1.79x with every core busy elsewhere), so the check allows the busy link up to
 # 1.25 times the pair model's typical error.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 def typical_error(r):
     """Median factor by which the model misses, either way (1 = exact)."""
     return float(np.exp(np.median(np.abs(np.log(r)))))
@@ -257,8 +252,7 @@ print(f"PASS: the pair model is optimistic (median measured/predicted {np.median
 # which misses most at the largest sizes (the ratios above): on this small shared machine
 # the measured winner there may differ, so the check leaves those sizes out.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 n_star = costmodel.crossover("allreduce", "recursive_doubling", "ring", c.size,
                              busy_link.alpha, busy_link.beta, gamma)
 print(f"p = {c.size}: recursive doubling beats the ring below n* ~ {n_star / 1e6:.1f} MB (busy-link fit)\n")
@@ -295,8 +289,7 @@ panel = CollectivesPanel(cluster=c, link=exchange_link, restart=lambda: cluster.
                          prepare=setup_comm)
 panel
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
 

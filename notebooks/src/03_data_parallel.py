@@ -53,8 +53,7 @@ packed = pack(digits.X_train, digits.y_train, workdir / "digits.pack")
 per_sample = write_samples(digits.X_train, digits.y_train, workdir / "samples")
 len(packed), len(list((workdir / "samples").glob("*.npy")))
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 rows = np.random.default_rng(0).permutation(len(packed))[:256]
 for name, source in [("one packed file (memory-mapped)", packed),
                      ("one file per sample", per_sample)]:
@@ -91,8 +90,7 @@ np.allclose(dp.params, serial.params, rtol=1e-10, atol=1e-12), dp.test_accuracy.
 live_view = dpw.LiveView()
 live_view
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 run_live = replace(cfg, dtype="float32", epochs=8, eval_every=20, publish_interval=0.25)
 result = data_parallel.train(engines, run_live, packed, (digits.X_test, digits.y_test),
                              on_update=live_view.update, progress=True)
@@ -128,8 +126,7 @@ link = measure.link(engines, "pingpong", fit_sizes, repeats=20)  # an idle pair,
 busy_link = measure.link(engines, "ring", fit_sizes)  # every engine at once: the busy link
 gamma = measure.gamma(engines)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"busy link (ring step, all {engines.size} engines): alpha ~ {busy_link.alpha * 1e6:.0f} us, "
       f"1/beta ~ {busy_link.bandwidth / 1e9:.2f} GB/s; ping-pong pair: alpha ~ "
       f"{link.alpha * 1e6:.0f} us, 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s; gamma ~ {gamma * 1e12:.0f} ps/B")
@@ -168,8 +165,7 @@ show()
 {mode: bool(np.allclose(sweep.busiest_bytes[mode], sweep.predicted_busiest_bytes[mode],
                         rtol=1e-3)) for mode in sweep.busiest_bytes}
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit.nn.layout import n_params
 
 N4 = int(sweep.workers[-1])
@@ -188,8 +184,7 @@ print("PASS: the ring's measured exchange is at least its 2(N-1) rounds of an id
       "alpha; the busy-link model predicts it within 3x either way and over-predicts the "
       "parameter server's")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"N={N4}: ring {sweep.comm_per_step['allreduce'][-1] * 1e3:.2f} ms exposed comm, predicted "
       f"{sweep.predicted_comm['allreduce'][-1] * 1e3:.2f} ms ({ring_ratio:.2f}x; model latency "
       f"{latency * 1e3:.2f} ms, bandwidth {bandwidth * 1e3:.2f} ms); PS "
@@ -216,8 +211,7 @@ grid = ex.lr_rule_grid(LocalRunner(16), grid_cfg, (digits.X_train, digits.y_trai
 dpv.plot_lr_grid(grid)
 show()
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print("test accuracy (rows: rule, columns: workers", grid.workers.tolist(), ")")
 for rule, acc in zip(grid.rules, grid.accuracy):
     print(f"{rule:14s}", " ".join(f"{a:.3f}" for a in acc))
@@ -262,8 +256,7 @@ show()
 follows = np.polyfit(strag.straggler_compute, strag.time_per_step, 1)[0]  # slope
 assert np.all(strag.time_per_step >= strag.straggler_compute), (strag.time_per_step, strag.straggler_compute)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"slope {follows:.2f} ms of step per ms of straggler compute; the others' compute "
       f"{strag.others_compute[0] * 1e3:.1f} -> {strag.others_compute[-1] * 1e3:.1f} ms")
 
@@ -359,8 +352,7 @@ print(f"PASS: buckets after the backward make {b} allreduces per step instead of
       f"exposed communication is at most 20x the model's (b-1)·2(p-1)·alpha; overlapped, the "
       f"first allreduce starts before the backward ends (on at least one rank)")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 for title, r in bucket_runs.items():
     print(f"{title:34s}: step {r.time_per_step * 1e3:6.1f} ms, compute {r.compute_per_step * 1e3:6.1f}"
           f" ms, exposed comm {r.comm_per_step * 1e3:6.1f} ms")
@@ -385,8 +377,7 @@ sc = ex.weak_scaling(engines, replace(big, max_steps=40), packed, [1, 2, 4], bus
 dpv.plot_scaling(sc)
 show()
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 # medians per step; "other" is the rest: waiting for late ranks, Python, the optimizer
 other = sc.step - sc.compute - sc.stage - sc.comm
 for n, step, comp, st, comm, oth, pred, eff in zip(sc.workers, sc.step, sc.compute, sc.stage,
@@ -407,8 +398,7 @@ print("PASS: at N = 4 the busy-link model predicts the measured communication an
       "efficiency within 3x either way; its 2(N-1) rounds of alpha exceed twice the compute; "
       "measured and predicted, 4 engines process fewer examples per second than one (N·T1/TN < 1)")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficiency "
       f"{sc.efficiency[-1]:.3f} measured, {sc.predicted_efficiency[-1]:.3f} predicted; "
       f"throughput against one engine N·T1/TN = {sc.workers[-1] * sc.efficiency[-1]:.2f}")
@@ -438,8 +428,7 @@ print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficienc
 # so `"auto"` computes on the CPU and stages nothing; the cell checks that the parts add
 # up to the step either way (`make test-gpu` measures the GPU case; README, "On GPUs").
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 auto = data_parallel.train(engines, replace(big, max_steps=10, device="auto"), packed)
 parts = auto.step_breakdown()
 print("ranks computed on:", auto.devices)
@@ -462,8 +451,7 @@ panel = dpw.DataParallelPanel(cluster=c, data=packed, eval_data=(digits.X_test, 
                               prepare=lambda new: setup_comm(new, timeout=10))
 panel
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
 

@@ -94,8 +94,7 @@ bsp = train(engines, PSConfig(model="bsp", **common), workers=3)
 ssp0 = train(engines, PSConfig(model="ssp", staleness=0, jitter=0.001, **common), workers=3)
 np.array_equal(bsp.params, ssp0.params), int(ssp0.staleness.max()), bsp.applied
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(bsp.summary())
 print(f"test accuracy {bsp.accuracy(digits.X_test, digits.y_test):.3f}")
 
@@ -162,8 +161,7 @@ from coursekit.widgets.param_server import ParamServerPanel
 panel = ParamServerPanel(cluster=c, restart=lambda: cluster.start(n=4), prepare=setup_comm)
 panel
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 panel.delay.value = 5.0
 for model in ("bsp", "asp"):
     panel.model.value = model
@@ -206,8 +204,7 @@ assert acc["Downpour lr/W"] < acc["BSP lr"] + 0.015, acc
 print("test accuracy ≈" + " ".join(f"{a:.2f}" for a in acc.values()), f"({', '.join(acc)})")
 print("PASS: at equal step size per gradient, Downpour does not beat BSP")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 plot_runs([bsp, bsp_w, downpour, downpour_w], fig=plt.figure(figsize=(10, 5), layout="constrained"))
 show()
 
@@ -242,8 +239,7 @@ faulty = PSConfig(model="asp", steps=150, crash={1: 60}, worker_timeout=1.0,
 crashed = train(engines, faulty, workers=3)
 [d["worker"] for d in crashed.lost], [d["clock"] for d in crashed.lost], crashed.workers[1].status
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(crashed.summary())
 
 # %% [markdown]
@@ -261,8 +257,7 @@ restart = train(LocalRunner(4), PSConfig(model="asp", steps=150, resume=True,
                                          checkpoint_dir=ckpt), digits, workers=3)
 saved, restart.servers[0].version > saved, [w.status for w in restart.workers]
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"checkpoint at version {saved}; after the restart: version {restart.servers[0].version}, "
       f"test accuracy {restart.accuracy(digits.X_test, digits.y_test):.3f}")
 

@@ -346,8 +346,7 @@ print("PASS: every schedule sends the layer split's bytes, traffic.pipeline_byte
 # F, I and W on the slowest rank (of B, timed whole, where the schedule does not split the
 # backward), so both are in milliseconds.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 def best_of(sched, runs=3):
     """The fastest of a few runs of sched on the cluster: a PipelineRun in seconds."""
     steps = [combine_ranks([r for r, _ in on_engines(pipeline_step, sched)]) for _ in range(runs)]
@@ -502,8 +501,7 @@ print("PASS: tensor-parallel traffic grows with N x width, data-parallel with wi
 # And the throughput: images per second for one training step (best of five, each rank
 # timing between two barriers).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 def timed(comm, model, X, y, task, *args, repeats=5):
     from coursekit.comm.trace import now
 

@@ -38,8 +38,7 @@ engines
 link = measure.link(engines, "pingpong", [8, 512, 32768, 262144, 2097152], repeats=20)
 alpha, beta = link.alpha, link.beta
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"alpha ~ {alpha * 1e6:.0f} us, bandwidth ~ {link.bandwidth / 1e9:.2f} GB/s")
 
 # %% [markdown]
@@ -213,8 +212,7 @@ panel = CompressionPanel(cluster=c, link=link, restart=lambda: cluster.start(n=4
                          prepare=setup_comm)
 panel
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 panel.compressor.value = "powersgd"
 panel.run()  # the same as pressing Run, but this cell waits for the result
 panel.status.value
@@ -265,8 +263,7 @@ def codec_seconds(comp, n, repeats=3):
 grid = np.array([1 << k for k in range(8, 23, 2)])  # 256 .. 4M elements
 t_compress, t_decompress = np.array([codec_seconds(C.TopK(0.01), int(n)) for n in grid]).T
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 MEASURED = "this machine (fitted above)"
 links = {MEASURED: (alpha, beta),
          "10 Gb/s Ethernet": (20e-6, 1 / 1.25e9),

@@ -436,8 +436,7 @@ for algorithm in ("ring", "hierarchical"):
 # (`lr_rules.LRSchedule(..., "linear_warmup")`, here 5 epochs = 10 steps). Five runs of the
 # chapter-1 MLP, 15 epochs each:
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit.data import load_digits
 from coursekit.nn import MLP, train
 from coursekit.nn.lars import LARS, mlp_segments
@@ -531,8 +530,7 @@ from coursekit.sim.validate import measure_and_simulate
 v = measure_and_simulate(ClusterRunner(c), 2)
 print(f"gradient of {v.grad_bytes:,} bytes allreduced between {v.p} engines")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 print(f"measured link: alpha {1e6 * v.alpha:.0f} us, bandwidth {1 / v.beta / 1e9:.2f} GB/s; "
       f"compute per step {1e3 * v.compute_s:.2f} ms")
 print(f"data-parallel step on 2 engines: measured {1e3 * v.measured_s:.2f} ms, "

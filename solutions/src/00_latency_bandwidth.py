@@ -39,8 +39,7 @@ check_fit_latency_bandwidth(fit_latency_bandwidth)
 # Measure round trips notebook → engine → notebook. A round trip is two
 # messages, so fit the one-way time `t / 2`.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit import cluster
 from coursekit.roundtrip import measure_round_trips
 

@@ -87,8 +87,7 @@ print("same gradient as the Numba MLP:", np.allclose(mine, mlp.loss_and_grad(X, 
 # %% [markdown]
 # And train with it: plain mini-batch SGD, $w \leftarrow w - \eta\, g$, five epochs.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 params = mlp.params.copy()
 rng = np.random.default_rng(0)
 for epoch in range(5):

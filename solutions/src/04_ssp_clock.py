@@ -54,8 +54,7 @@ check_ssp_gate(ssp_gate)
 # cell checks both; thread timing on a busy machine can hide the two-step bound's saving
 # (30 ms), so only the six-step bound's (90 ms) is.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
+# %% tags=["nbval-ignore-output"]
 from coursekit.data import load_digits
 from coursekit.parallel.param_server import PSConfig, train
 from coursekit.cluster.runner import LocalRunner
