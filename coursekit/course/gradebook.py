@@ -174,7 +174,7 @@ def _results(log: Path) -> dict[str, list[tuple[str, str]]]:
             try:
                 record = json.loads(line)
                 results.setdefault(record["check"], []).append((record["status"], record.get("message", "")))
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError):
                 continue  # a torn line from a kernel killed mid-write
     return results
 
