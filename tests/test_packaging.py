@@ -86,7 +86,7 @@ def test_every_dependency_is_pinned_within_its_range():
 # The cluster's lifecycle and the course's tooling, each one package (issue 29, "Layout").
 LIFECYCLE = ("cluster", "runner", "reaper", "processes", "contention", "scratch", "profiles",
              "preflight", "live")
-TOOLING = ("notebooks", "release", "gradebook")
+TOOLING = ("notebooks", "release", "gradebook", "lms", "feedback")
 
 
 def test_the_package_root_holds_no_module_of_the_cluster_or_the_course_tooling():

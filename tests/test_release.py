@@ -4,7 +4,8 @@ The gradebook test runs the real command in its own process, with TMPDIR pointed
 the test's folder, so every kernel's private IPYTHONDIR lies there and the test can
 prove that no kernel, engine or controller of any graded notebook survives. It grades
 exercises 00 (starts a cluster) and 02 (the fastest) only: about 30 s, in the background
-while the release tests run.
+while the release tests run. A second run beside it grades three of the four students with
+``--lms canvas --feedback``.
 """
 
 import csv
@@ -122,41 +123,62 @@ def replace_cell(notebook, marker, source):
     return notebook
 
 
-class ClassGrading:
-    """The grade command on a class of four, running in the background: ann (solutions),
-    bob (untouched stubs), cat (a notebook that starts a cluster and loops forever; one with
-    a syntax error), dan (one exercise missing). ``result()`` waits for it."""
+def hand_in_solutions(folder, pids):
+    for name in EXERCISES:
+        write(solution(name), folder / f"{name}.ipynb")
 
-    def __init__(self, root):
+
+def hand_in_stubs(folder, pids):
+    for name in EXERCISES:
+        write(nbformat.read(nb.ROOT / "exercises" / f"{name}.ipynb", as_version=4), folder / f"{name}.ipynb")
+
+
+def hand_in_a_loop_and_a_syntax_error(folder, pids):
+    looping = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\nfrom coursekit import cluster\nc = cluster.start(n=2)\n"
+        f"open({str(pids)!r}, 'w').write(' '.join(map(str, [os.getpid(), *c.client[:].apply_sync(os.getpid)])))\n"
+        "while True:\n    pass")])
+    write(looping, folder / "00_latency_bandwidth.ipynb")
+    write(replace_cell(solution("02_collectives"), "def ring_allreduce", "def ring_allreduce(comm, x):\n    return x +"),
+          folder / "02_collectives.ipynb")
+
+
+def hand_in_one_exercise(folder, pids):
+    write(solution("02_collectives"), folder / "02_collectives.ipynb")
+
+
+CLASS = {"ann": hand_in_solutions, "bob": hand_in_stubs, "cat": hand_in_a_loop_and_a_syntax_error,
+         "dan": hand_in_one_exercise}
+
+
+class ClassGrading:
+    """The grade command on a class, running in the background: of ann (solutions), bob
+    (untouched stubs), cat (a notebook that starts a cluster and loops forever; one with a
+    syntax error), dan (one exercise missing), the ``students`` named; ``options`` go to the
+    command. ``result()`` waits for it."""
+
+    def __init__(self, root, students=tuple(CLASS), options=()):
         exercises, subs, self.scratch = root / "exercises", root / "submissions", root / "tmp"
         self.scratch.mkdir()
         self.pids = root / "pids.txt"
         for name in EXERCISES:
             write(nbformat.read(nb.ROOT / "exercises" / f"{name}.ipynb", as_version=4), exercises / f"{name}.ipynb")
-            write(solution(name), subs / "ann" / f"{name}.ipynb")
-            write(nbformat.read(nb.ROOT / "exercises" / f"{name}.ipynb", as_version=4), subs / "bob" / f"{name}.ipynb")
-        looping = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-            "import os\nfrom coursekit import cluster\nc = cluster.start(n=2)\n"
-            f"open({str(self.pids)!r}, 'w').write(' '.join(map(str, [os.getpid(), *c.client[:].apply_sync(os.getpid)])))\n"
-            "while True:\n    pass")])
-        write(looping, subs / "cat" / "00_latency_bandwidth.ipynb")
-        write(replace_cell(solution("02_collectives"), "def ring_allreduce", "def ring_allreduce(comm, x):\n    return x +"),
-              subs / "cat" / "02_collectives.ipynb")
-        write(solution("02_collectives"), subs / "dan" / "02_collectives.ipynb")
+        for student in students:
+            CLASS[student](subs / student, self.pids)
         (subs / ".ipynb_checkpoints").mkdir()  # not a student
-        self.out, self.stderr = root / "gradebook.csv", root / "stderr.txt"
-        with open(self.stderr, "w") as stderr:
+        self.out, self.stdout, self.stderr = root / "gradebook.csv", root / "stdout.txt", root / "stderr.txt"
+        with open(self.stdout, "w") as stdout, open(self.stderr, "w") as stderr:
             self.process = subprocess.Popen(
-                command("grade", subs, "--exercises", exercises, "--out", self.out, "--timeout", TIMEOUT_S),
-                cwd=nb.ROOT, env={**os.environ, "TMPDIR": str(self.scratch)}, stdout=subprocess.DEVNULL,
-                stderr=stderr)
+                command("grade", subs, "--exercises", exercises, "--out", self.out, "--timeout", TIMEOUT_S, *options),
+                cwd=nb.ROOT, env={**os.environ, "TMPDIR": str(self.scratch)}, stdout=stdout, stderr=stderr)
 
     def result(self):
-        """(gradebook rows, the kernels' TMPDIR, the file where cat's notebook wrote its pids)."""
+        """(the gradebook's lines as lists, the kernels' TMPDIR, the file where cat's notebook
+        wrote its pids)."""
         assert self.process.wait(timeout=600) == 0, self.stderr.read_text()
         with open(self.out, newline="") as stream:
-            rows = list(csv.DictReader(stream))
-        return rows, self.scratch, self.pids
+            lines = list(csv.reader(stream))
+        return lines, self.scratch, self.pids
 
     def stop(self):
         """End the command and every kernel or engine of its notebooks (a run cut short)."""
@@ -176,18 +198,32 @@ def started_under(scratch):
 def grading(request, tmp_path_factory):
     """Start grading the class as this module's first test starts, if a selected test reads
     the gradebook: the command takes ~30 s, 20 of them waiting out cat's loop, and this
-    module's other tests run meanwhile."""
-    if not any("graded" in item.fixturenames for item in request.session.items):
-        yield None
-        return
-    run = ClassGrading(tmp_path_factory.mktemp("grading"))
-    yield run
-    run.stop()
+    module's other tests run meanwhile. The same for the LMS run (ann, bob, dan; ~15 s)."""
+    wanted = {name for item in request.session.items for name in item.fixturenames}
+    runs = {}
+    if "graded" in wanted:
+        runs["long"] = ClassGrading(tmp_path_factory.mktemp("grading"))
+    if "lms_graded" in wanted:
+        root = tmp_path_factory.mktemp("lms-grading")
+        runs["canvas"] = ClassGrading(root, ("ann", "bob", "dan"),
+                                      ("--lms", "canvas", "--feedback", root / "feedback"))
+    yield runs
+    for run in runs.values():
+        run.stop()
 
 
 @pytest.fixture(scope="module")
 def graded(grading):
-    return grading.result()
+    lines, scratch, pids = grading["long"].result()
+    return [dict(zip(lines[0], line)) for line in lines[1:]], scratch, pids
+
+
+@pytest.fixture(scope="module")
+def lms_graded(grading):
+    """(the Canvas gradebook's lines, the feedback folder, the command's output)."""
+    run = grading["canvas"]
+    lines, _, _ = run.result()
+    return lines, run.out.parent / "feedback", run.stdout.read_text()
 
 
 @pytest.mark.slow  # the grade command, three times, in its own process
@@ -241,3 +277,24 @@ def test_a_timed_out_notebook_leaves_no_kernel_or_cluster(graded):
     assert alive == []
     assert started_under(scratch) == []
     assert list(scratch.iterdir()) == []  # every private IPYTHONDIR was removed
+
+
+@pytest.mark.cluster  # ann's exercise 00 starts a cluster in its kernel
+def test_grade_writes_the_canvas_gradebook_and_each_students_feedback(lms_graded):
+    lines, folder, output = lms_graded
+    assert lines == [
+        ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "00_latency_bandwidth", "02_collectives"],
+        ["Points Possible", "", "", "", "", "1", "2"],
+        ["", "", "", "ann", "", "1", "2"],
+        ["", "", "", "bob", "", "0", "0"],
+        ["", "", "", "dan", "", "0", "2"],
+    ]
+    assert "for canvas: 3 students; points possible: 00_latency_bandwidth 1, 02_collectives 2" in output
+    assert sorted(p.name for p in folder.iterdir()) == ["ann.md", "bob.md", "dan.md"]
+    ann, bob, dan = ((folder / f"{name}.md").read_text() for name in ("ann", "bob", "dan"))
+    assert ann.count("Every check passed.") == 2 and "FAIL" not in ann and "TODO" not in ann
+    assert "## 00_latency_bandwidth: 0/1 (error)\n\nError: cell " in bob and "NotImplementedError" in bob
+    for check in ("check_binomial_bcast", "check_ring_allreduce"):  # the checks' own TODO message
+        assert f"- TODO `{check}`: not implemented yet: replace the `raise NotImplementedError`" in bob
+    assert "## 00_latency_bandwidth: 0/1 (missing)\n\nNot handed in (no 00_latency_bandwidth.ipynb)." in dan
+    assert "## 02_collectives: 2/2 (ok)\n\nEvery check passed." in dan

@@ -18,6 +18,9 @@ and could forge that record: the gradebook is for honest classes, not an exam lo
 
 One row per student and exercise: student, exercise, passed, total, status (``ok``,
 ``error``: a cell raised, ``timeout``, ``missing``), seconds, detail (the first error).
+Each :class:`Row` also keeps every counted check's outcome with the check's own message,
+for the students' feedback files (:mod:`coursekit.course.feedback`); the LMS gradebooks
+are written by :mod:`coursekit.course.lms`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -45,7 +48,20 @@ class GradingError(ValueError):
 
 
 @dataclass(frozen=True)
+class CheckOutcome:
+    """One counted check of one notebook: ``status`` is "pass", "fail", "todo" (the
+    student's function is still the stub) or "not run"; ``message`` is what the check
+    reported (for a failure or todo, what its first such call reported)."""
+
+    name: str
+    status: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Row:
+    """One student's grade for one exercise; ``checks`` holds one outcome per counted check."""
+
     student: str
     exercise: str
     passed: int
@@ -53,6 +69,12 @@ class Row:
     status: str
     seconds: float
     detail: str = ""
+    checks: tuple[CheckOutcome, ...] = ()
+
+
+#: the long CSV's columns, in order (a Row's fields but its checks)
+COLUMNS = ("student", "exercise", "passed", "total", "status", "seconds", "detail")
+NOT_RUN = "this check did not run (its cell was not reached, raised before the check, or was deleted)"
 
 
 def expected_checks(exercise: nbformat.NotebookNode) -> list[str]:
@@ -98,7 +120,7 @@ def grade(submissions: Path, exercises: Path, timeout: float = TIMEOUT_S, progre
 def grade_notebook(student: str, path: Path, checks: list[str], timeout: float) -> Row:
     """Run one submitted notebook in a fresh kernel and count its checks."""
     if not path.is_file():
-        return Row(student, path.stem, 0, len(checks), "missing", 0.0, f"no {path.name}")
+        return Row(student, path.stem, 0, len(checks), "missing", 0.0, f"no {path.name}", _outcomes(checks, {}))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="coursekit-grade-") as scratch:
         ipython_dir, workdir, log = Path(scratch, "ipython"), Path(scratch, "work"), Path(scratch, "checks.jsonl")
@@ -108,9 +130,10 @@ def grade_notebook(student: str, path: Path, checks: list[str], timeout: float) 
             status, detail = _execute(path, workdir, timeout, {"IPYTHONDIR": str(ipython_dir), GRADING_LOG: str(log)})
         finally:
             end_processes(ipython_dir_processes(str(ipython_dir)))
-        results = _results(log)
-    passed = sum(1 for name in checks if results.get(name) and all(s == "pass" for s in results[name]))
-    return Row(student, path.stem, passed, len(checks), status, round(time.monotonic() - started, 1), detail)
+        outcomes = _outcomes(checks, _results(log))
+    passed = sum(1 for outcome in outcomes if outcome.status == "pass")
+    return Row(student, path.stem, passed, len(checks), status, round(time.monotonic() - started, 1), detail,
+               outcomes)
 
 
 def _execute(path: Path, workdir: Path, timeout: float, env: dict[str, str]) -> tuple[str, str]:
@@ -143,20 +166,34 @@ def _execute(path: Path, workdir: Path, timeout: float, env: dict[str, str]) -> 
     return "ok", ""
 
 
-def _results(log: Path) -> dict[str, list[str]]:
-    results: dict[str, list[str]] = {}
+def _results(log: Path) -> dict[str, list[tuple[str, str]]]:
+    """Every call of every check in the structured log: name -> [(status, message), ...]."""
+    results: dict[str, list[tuple[str, str]]] = {}
     if log.is_file():
         for line in log.read_text(encoding="utf-8").splitlines():
             try:
                 record = json.loads(line)
-                results.setdefault(record["check"], []).append(record["status"])
+                results.setdefault(record["check"], []).append((record["status"], record.get("message", "")))
             except (ValueError, KeyError, TypeError):
                 continue  # a torn line from a kernel killed mid-write
     return results
 
 
+def _outcomes(checks: list[str], results: dict[str, list[tuple[str, str]]]) -> tuple[CheckOutcome, ...]:
+    """One outcome per expected check: it passes if every call of it passed; otherwise its
+    first call that did not pass speaks for it."""
+    outcomes = []
+    for name in checks:
+        calls = results.get(name, [])
+        failed = [call for call in calls if call[0] != "pass"]
+        status, message = failed[0] if failed else calls[-1] if calls else ("not run", NOT_RUN)
+        outcomes.append(CheckOutcome(name, status, message))
+    return tuple(outcomes)
+
+
 def write_csv(rows: list[Row], out: Path) -> None:
+    """The long gradebook: one line per student and exercise, :data:`COLUMNS`."""
     with open(out, "w", newline="", encoding="utf-8") as stream:
-        writer = csv.DictWriter(stream, fieldnames=[f.name for f in fields(Row)])
-        writer.writeheader()
-        writer.writerows(asdict(row) for row in rows)
+        writer = csv.writer(stream)
+        writer.writerow(COLUMNS)
+        writer.writerows([getattr(row, column) for column in COLUMNS] for row in rows)

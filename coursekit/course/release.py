@@ -21,6 +21,11 @@ Usage::
 
     coursekit release student OUTDIR [--force]
     coursekit release grade SUBMISSIONS --out gradebook.csv [--timeout 300] [--exercises DIR]
+                            [--lms canvas|moodle] [--feedback FOLDER]
+
+``--lms`` writes ``--out`` as the gradebook that LMS imports (:mod:`coursekit.course.lms`)
+instead of the long CSV; ``--feedback`` writes one file per student
+(:mod:`coursekit.course.feedback`).
 """
 
 from __future__ import annotations
@@ -113,7 +118,7 @@ def _normalized(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from coursekit.course import gradebook
+    from coursekit.course import gradebook, lms
 
     parser = argparse.ArgumentParser(prog="coursekit release", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     grade = commands.add_parser("grade", help="run every student's exercise notebooks; write a CSV gradebook")
     grade.add_argument("submissions", type=Path, help="one subfolder per student (its name is the student id)")
     grade.add_argument("--out", type=Path, required=True, help="the CSV file to write")
+    grade.add_argument("--lms", choices=sorted(lms.WRITERS),
+                       help="write --out as this LMS's gradebook import (one line per student) "
+                            "instead of one line per student and exercise")
+    grade.add_argument("--feedback", type=Path, metavar="FOLDER",
+                       help="also write FOLDER/<student>.md: each exercise's score and what its checks said")
     grade.add_argument("--timeout", type=float, default=gradebook.TIMEOUT_S,
                        help=f"seconds per notebook (default {gradebook.TIMEOUT_S})")
     grade.add_argument("--exercises", type=Path, default=nb.ROOT / "exercises",
@@ -134,13 +144,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.outdir}: {len(chapter_notebooks())} notebooks, {len(solutions())} "
                   "exercises, the coursekit library; verified: no solutions")
         else:
-            rows = gradebook.grade(args.submissions, args.exercises, timeout=args.timeout, progress=print)
-            gradebook.write_csv(rows, args.out)
-            print(f"wrote {args.out}: {len(rows)} rows")
+            grade_class(args)
     except (ReleaseError, gradebook.GradingError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def grade_class(args: argparse.Namespace) -> None:
+    """``release grade``: grade every submission, write the gradebook (long, or for
+    ``args.lms``) and, with ``args.feedback``, a feedback file per student."""
+    from coursekit.course import feedback, gradebook, lms
+
+    if args.feedback:
+        feedback.prepare_folder(args.feedback)  # a bad folder fails now, not after grading
+    rows = gradebook.grade(args.submissions, args.exercises, timeout=args.timeout, progress=print)
+    if args.lms:
+        lms.WRITERS[args.lms](rows, args.out)
+        possible = ", ".join(f"{name} {points}" for name, points in lms.points_possible(rows).items())
+        print(f"wrote {args.out} for {args.lms}: {len({row.student for row in rows})} students; "
+              f"points possible: {possible}")
+    else:
+        gradebook.write_csv(rows, args.out)
+        print(f"wrote {args.out}: {len(rows)} rows")
+    if args.feedback:
+        print(f"wrote {len(feedback.write_feedback(rows, args.feedback))} feedback files in {args.feedback}")
 
 
 if __name__ == "__main__":

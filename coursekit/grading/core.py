@@ -16,8 +16,9 @@ pass, so tests can ``assert check_x(solution)`` and ``assert not check_x(stub)``
 
 When the environment names a file in ``COURSEKIT_GRADING_LOG`` (the gradebook,
 :mod:`coursekit.course.gradebook`, sets it for the kernel it grades in), every check also
-appends one JSON line ``{"check": <function name>, "status": ...}`` to it: the
-grader counts results from that file instead of parsing the printed lines.
+appends one JSON line ``{"check": <function name>, "status": ..., "message": ...}`` to it:
+the grader counts results from that file instead of parsing the printed lines, and the
+message is what the student's feedback file quotes.
 """
 
 from __future__ import annotations
@@ -98,4 +99,4 @@ def _record(check_name: str, result: CheckResult) -> None:
     path = os.environ.get(GRADING_LOG)
     if path:
         with open(path, "a", encoding="utf-8") as log:
-            log.write(json.dumps({"check": check_name, "status": result.status}) + "\n")
+            log.write(json.dumps({"check": check_name, "status": result.status, "message": result.message}) + "\n")
