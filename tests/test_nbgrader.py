@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -59,10 +60,23 @@ def wrong_submission(name: str) -> nbformat.NotebookNode:
     return notebook
 
 
-def run_nbgrader(course: Path, env: dict, *args: str) -> None:
+@dataclass
+class Graded:
+    """Both graders' points, {(student, exercise): (scored, possible)}; the nbgrader course
+    folder; the environment nbgrader runs in."""
+
+    nbgrader_points: dict
+    course_points: dict
+    course: Path
+    env: dict
+
+
+def run_nbgrader(course: Path, env: dict, *args: str) -> str:
+    """Run the nbgrader command in ``course``; its output (stdout and stderr)."""
     result = subprocess.run([str(NBGRADER_VENV / "bin" / "nbgrader"), *args], cwd=course, env=env,
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0 and "| ERROR]" not in result.stderr, result.stderr[-5000:]
+    return result.stdout + result.stderr
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -72,8 +86,7 @@ def read_csv(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """(nbgrader's points, the course gradebook's points, the nbgrader course folder, seconds):
-    points as {(student, exercise): (scored, possible)}."""
+    """Every exercise handed in by the three students, graded by nbgrader and by the course."""
     if not (NBGRADER_VENV / "bin" / "nbgrader").is_file():
         pytest.fail(f"no nbgrader in {NBGRADER_VENV}: run `make nbgrader-env` (make test builds it and "
                     "sets COURSEKIT_TEST_NBGRADER_VENV)")
@@ -112,7 +125,7 @@ def graded(tmp_path_factory):
                        for row in read_csv(root / "grades.csv")}
     course_points = {(row["student"], row["exercise"]): (float(row["passed"]), float(row["total"]))
                      for row in read_csv(root / "gradebook.csv")}
-    return nbgrader_points, course_points, course, seconds
+    return Graded(nbgrader_points, course_points, course, env)
 
 
 def test_every_exercise_scores_a_point_per_check():
@@ -123,8 +136,7 @@ def test_every_exercise_scores_a_point_per_check():
 @pytest.mark.slow  # nbgrader and the course's grader run 48 notebooks
 @pytest.mark.cluster  # exercise 00 starts a cluster in its kernel
 def test_nbgrader_gives_full_marks_zero_and_one_point_less(graded):
-    nbgrader_points, _, _, _ = graded
-    assert nbgrader_points == {
+    assert graded.nbgrader_points == {
         **{("solved", name): (points, points) for name, points in POINTS.items()},
         **{("blank", name): (0, points) for name, points in POINTS.items()},
         **{("wrong", name): (points - 1, points) for name, points in POINTS.items()},
@@ -134,8 +146,21 @@ def test_nbgrader_gives_full_marks_zero_and_one_point_less(graded):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_the_course_gradebook_gives_the_same_points(graded):
-    nbgrader_points, course_points, _, _ = graded
-    assert course_points == nbgrader_points
+    assert graded.course_points == graded.nbgrader_points
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.parametrize("student, verdict", [
+    ("solved", "Success! Your notebook passes all the tests."),
+    ("blank", "VALIDATION FAILED ON 2 CELL(S)!"),
+    ("wrong", "VALIDATION FAILED ON 1 CELL(S)!"),
+])
+def test_nbgrader_validate_tells_a_student_which_checks_fail(graded, student, verdict):
+    output = run_nbgrader(graded.course, graded.env, "validate",
+                          str(graded.course / "submitted" / student / "02_collectives" / "02_collectives.ipynb"))
+    assert verdict in output, output
+    assert ("FAIL  ring_allreduce" in output) == (student == "wrong")
 
 
 @pytest.mark.slow
@@ -143,7 +168,7 @@ def test_the_course_gradebook_gives_the_same_points(graded):
 def test_a_test_cell_shows_the_checks_line_and_fails_only_where_the_check_did(graded):
     """What nbgrader's feedback shows: the check's PASS / FAIL / TODO line, and for a check
     that did not pass, the CheckFailure that made nbgrader score the cell 0."""
-    _, _, course, _ = graded
+    course = graded.course
     expected = {"solved": ("PASS", False), "blank": ("TODO", True)}
     for student, (label, raised) in expected.items():
         for name in EXERCISES:
@@ -158,7 +183,7 @@ def test_a_test_cell_shows_the_checks_line_and_fails_only_where_the_check_did(gr
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_nbgrader_release_keeps_every_hint_above_its_stub(graded):
-    _, _, course, _ = graded
+    course = graded.course
     hinted = []
     for name in EXERCISES:
         notebook = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
