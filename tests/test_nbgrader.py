@@ -8,8 +8,8 @@ with one plausible mistake in one function, :data:`WRONG`); ``nbgrader autograde
 ``nbgrader export``. nbgrader must give full marks, zero, and one point less than full
 marks: partial credit (1 of 2) for 02_collectives, the one exercise with two checks, zero
 for the others, which have one. ``coursekit release grade`` on the same notebooks, run at
-the same time, must give the same points. The two graders take 273 s side by side on 2 CPUs
-(measured on a machine that another test run was loading; about 10 s per notebook each).
+the same time, must give the same points. The two graders take 185 to 273 s side by side on
+2 CPUs (two runs, on a machine another test run was loading; 2 to 20 s per notebook each).
 
 nbgrader is not in .venv (it would add its JupyterLab extension to the students' lab):
 ``make test`` builds .venv-nbgrader (``make nbgrader-env``) and names it in
