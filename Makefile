@@ -13,11 +13,13 @@ PORT   ?= 8888
 CLASS_PYTHON ?= /usr/bin/python3
 CLASS_VENV   := .venv-class
 CLASS_STAMP  := $(CLASS_VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+NBGRADER_VENV  := .venv-nbgrader
+NBGRADER_STAMP := $(NBGRADER_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install class-env lab test test-fast test-gpu gpu-check test-clusters notebooks exercises bench lock clean
+.PHONY: install class-env nbgrader-env lab test test-fast test-gpu gpu-check test-clusters notebooks exercises bench lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -34,7 +36,9 @@ lab: $(STAMP)
 
 # The notebooks run with NumPy's SIMD dispatch and Numba's target forced off this CPU's
 # (--numerics=off-host, conftest.py): their stored outputs must read the same on any machine.
-test: $(STAMP)
+# tests/test_nbgrader.py grades every exercise with the real nbgrader, from $(NBGRADER_VENV).
+test: $(STAMP) $(NBGRADER_STAMP)
+	COURSEKIT_TEST_NBGRADER_VENV=$(CURDIR)/$(NBGRADER_VENV) \
 	$(BIN)/python -m pytest tests notebooks solutions --ignore=tests/clusters --nbval --nbval-current-env \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 --numerics=off-host \
 		$(PYTEST_ARGS)
@@ -90,6 +94,16 @@ $(CLASS_STAMP): pyproject.toml constraints.txt
 	npm install --prefix $(CLASS_VENV)/proxy --no-audit --no-fund --silent configurable-http-proxy@5
 	touch $@
 
+nbgrader-env: $(NBGRADER_STAMP)
+
+# The instructor's nbgrader with the course (its kernels run the exercises), apart from
+# .venv: nbgrader installs a JupyterLab extension, which must not enter the students' lab.
+$(NBGRADER_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(NBGRADER_VENV)
+	$(NBGRADER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(NBGRADER_VENV)/bin/python -m pip install --quiet -e ".[nbgrader]" -c constraints.txt
+	rm -f $(NBGRADER_VENV)/.installed-* && touch $@
+
 notebooks: $(STAMP)
 	$(BIN)/python -m coursekit notebooks execute
 
@@ -107,4 +121,4 @@ lock:
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -e '^torch==' -e '^coursekit'; } > constraints.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(NBGRADER_VENV) .pytest_cache .hypothesis build *.egg-info

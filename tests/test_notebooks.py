@@ -37,6 +37,11 @@ def cells_and_ids(notebook):
     return [(*cell, c.id) for cell, c in zip(code_and_markdown(notebook), notebook.cells)]
 
 
+def nbgrader_metadata(notebook):
+    """What the builder writes for nbgrader (solution notebooks): each cell's, and jupytext's."""
+    return [c.metadata.get("nbgrader") for c in notebook.cells], notebook.metadata.get("jupytext")
+
+
 def test_there_is_a_notebook_for_every_chapter_zero_source():
     names = [s.name for s in SOURCES]
     assert "00_setup.py" in names and "00_latency_bandwidth.py" in names
@@ -44,8 +49,8 @@ def test_there_is_a_notebook_for_every_chapter_zero_source():
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_stored_notebook_matches_its_source_and_is_fully_executed(source):
-    stored = nbformat.read(nb.notebook_for(source), as_version=4)
-    assert cells_and_ids(stored) == cells_and_ids(nb.parse_source(source.read_text())), (
+    stored, built = nbformat.read(nb.notebook_for(source), as_version=4), nb.build(source)
+    assert cells_and_ids(stored) == cells_and_ids(built) and nbgrader_metadata(stored) == nbgrader_metadata(built), (
         f"{nb.notebook_for(source).name} is stale: run coursekit notebooks execute {source}"
     )
     code = [c for c in stored.cells if c.cell_type == "code"]
@@ -238,7 +243,8 @@ def test_an_executed_notebook_saved_by_jupytext_keeps_its_cells(source):
 
 
 def test_strip_solutions_keeps_indentation_and_hint():
-    text = "def f(x):\n    ### BEGIN SOLUTION: return x squared\n    return x * x\n    ### END SOLUTION\n"
+    text = ("def f(x):\n    # Hint: return x squared\n    ### BEGIN SOLUTION\n    return x * x\n"
+            "    ### END SOLUTION\n")
     stub = nb.strip_solutions(text)
     assert stub == (
         "def f(x):\n    # YOUR CODE HERE: return x squared\n"
@@ -249,12 +255,18 @@ def test_strip_solutions_keeps_indentation_and_hint():
     with pytest.raises(NotImplementedError):
         namespace["f"](3)
     assert nb.strip_solutions("a\n### BEGIN SOLUTION\nsecret\n### END SOLUTION", code=False) == "a\nYOUR ANSWER HERE"
+    # a '# Hint:' comment not just above the block, or at another indentation, stays a comment
+    for kept in ("# Hint: h\nx = 1\n", "if x:\n# Hint: h\n"):
+        stub = nb.strip_solutions(kept + "    ### BEGIN SOLUTION\n    x = 2\n    ### END SOLUTION")
+        assert stub == kept + "    # YOUR CODE HERE: write this part\n    raise NotImplementedError('write this part')"
 
 
 @pytest.mark.parametrize("text, message", [
     ("### END SOLUTION", "END SOLUTION without BEGIN"),
     ("### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "inside another"),
     ("### BEGIN SOLUTION\nx = 1", "has no END SOLUTION"),
+    ("### BEGIN SOLUTION: add one\nx += 1\n### END SOLUTION",
+     r"line 1: text after BEGIN SOLUTION \(': add one'\) is lost in nbgrader's release: write it as a '# Hint: \.\.\.' line"),
 ])
 def test_strip_solutions_rejects_broken_markers(text, message):
     with pytest.raises(nb.NotebookError, match=message):

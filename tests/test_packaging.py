@@ -15,6 +15,9 @@ NOT_PACKAGES = {"python", "pip"}
 # make test-gpu's extras: CUDA wheels for a machine with an NVIDIA GPU, neither in the
 # conda (Binder) environment nor in constraints.txt, which CPU machines lock
 GPU_EXTRAS = {"gpu", "gpu-cu13"}
+# the instructor's nbgrader (make nbgrader-env builds .venv-nbgrader): pinned in pyproject.toml
+# itself, never in the conda (Binder) environment, whose lab its extension would change
+INSTRUCTOR_EXTRAS = {"nbgrader"}
 
 
 def split(requirement: str) -> tuple[str, str]:
@@ -27,7 +30,7 @@ def split(requirement: str) -> tuple[str, str]:
 def pip_requirements() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lists = [project["dependencies"], *(v for k, v in project["optional-dependencies"].items()
-                                        if k not in GPU_EXTRAS)]
+                                        if k not in GPU_EXTRAS | INSTRUCTOR_EXTRAS)]
     return dict(split(r) for group in lists for r in group)
 
 

@@ -79,17 +79,24 @@ NOT_RUN = "this check did not run (its cell was not reached, raised before the c
 
 def expected_checks(exercise: nbformat.NotebookNode) -> list[str]:
     """Names of the checks the exercise calls: functions imported from coursekit.grading."""
+    return sorted({name for called in checks_by_cell(exercise) for name in called})
+
+
+def checks_by_cell(notebook: nbformat.NotebookNode) -> list[list[str]]:
+    """For each cell, the checks it calls (functions imported from coursekit.grading in any
+    cell), each named once; [] for a markdown cell."""
     imported, called = set(), []
-    for cell in exercise.cells:
-        if cell.cell_type != "code":
-            continue
-        tree = ast.parse("\n".join(line for line in cell.source.split("\n") if not line.lstrip().startswith(("%", "!"))))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(GRADING_MODULE):
-                imported |= {alias.asname or alias.name for alias in node.names}
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                called.append(node.func.id)
-    return sorted({name for name in called if name in imported})
+    for cell in notebook.cells:
+        calls = []
+        if cell.cell_type == "code":
+            code = "\n".join(line for line in cell.source.split("\n") if not line.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(GRADING_MODULE):
+                    imported |= {alias.asname or alias.name for alias in node.names}
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    calls.append(node.func.id)
+        called.append(calls)
+    return [list(dict.fromkeys(name for name in calls if name in imported)) for calls in called]
 
 
 def grade(submissions: Path, exercises: Path, timeout: float = TIMEOUT_S, progress=None) -> list[Row]:

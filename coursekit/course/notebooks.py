@@ -25,9 +25,11 @@ nbval's ``# NBVAL_IGNORE_OUTPUT`` comment lines.
 
 ``execute`` converts a source, runs it top to bottom in a fresh kernel and stores the
 notebook with its outputs (nbval later re-runs it and compares). Solution notebooks mark
-the student's part with nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines
-(text after ``BEGIN SOLUTION`` becomes the hint); ``exercises`` replaces each marked block
-by a stub that raises ``NotImplementedError`` and writes the exercise without outputs.
+the student's part with nbgrader's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines,
+a ``# Hint: ...`` line just above the first one giving the hint; ``exercises`` replaces
+each marked block (and its hint line) by a stub that says the hint and raises
+``NotImplementedError``, and writes the exercise without outputs. The solution notebooks
+also carry nbgrader's cell metadata (:mod:`coursekit.course.nbgrader_cells`).
 
 Usage::
 
@@ -66,8 +68,11 @@ MARKERS_ALLOWED = (
     "a cell starts with '# %%', '# %% [markdown]' or '# %% tags=[...]', a JSON list of "
     + ", ".join(f'"{tag}"' for tag in NBVAL_TAGS)
 )
-BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION[:\s]*(?P<hint>.*?)\s*$")
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)### BEGIN SOLUTION(?P<after>.*?)\s*$")
 END = re.compile(r"^[ \t]*### END SOLUTION\s*$")
+# a block's hint: a comment line just above its BEGIN SOLUTION, indented as it is (nbgrader's
+# release keeps that line; it drops any text after BEGIN SOLUTION, which the builder refuses)
+HINT = re.compile(r"^(?P<indent>[ \t]*)# Hint: (?P<hint>.+?)\s*$")
 CELL_TIMEOUT_S = 300
 # tqdm's text form ("steps: 0it [00:00, ?it/s]", " 40%|####  | 4/10"): what a progress bar
 # left in a stored notebook shows before it runs; bars are transient, never stored
@@ -123,6 +128,16 @@ def parse_source(text: str, name: str = "source") -> nbformat.NotebookNode:
     )
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index:03d}"  # stable ids: rebuilding gives the same JSON
+    return notebook
+
+
+def build(source: Path) -> nbformat.NotebookNode:
+    """The (unexecuted) notebook of a source file; a solution's carries nbgrader's cell metadata."""
+    notebook = parse_source(source.read_text(), name=str(source))
+    if source.parent.parent.name == "solutions":
+        from coursekit.course import nbgrader_cells  # it builds on this module
+
+        nbgrader_cells.mark(notebook, name=str(source))
     return notebook
 
 
@@ -183,7 +198,7 @@ def execute(source: Path, timeout: int = CELL_TIMEOUT_S) -> Path:
     """Run a source in a fresh kernel; store the notebook (and exercise) with outputs."""
     from nbclient import NotebookClient
 
-    notebook = parse_source(source.read_text(), name=str(source))
+    notebook = build(source)
     target = notebook_for(source)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="coursekit-ipython-") as ipython_dir:
@@ -256,9 +271,16 @@ def strip_solutions(text: str, code: bool = True) -> str:
         begin = BEGIN.match(line)
         if begin and inside:
             raise NotebookError(f"line {number}: BEGIN SOLUTION inside another solution block")
+        if begin and begin["after"]:
+            raise NotebookError(f"line {number}: text after BEGIN SOLUTION ({begin['after'].strip()!r}) is "
+                                "lost in nbgrader's release: write it as a '# Hint: ...' line just above")
         if begin:
-            inside, indent, hint = True, begin["indent"], begin["hint"]
-            out += stub_lines(indent, hint, code)
+            hint = HINT.match(out[-1]) if out else None
+            hint = hint["hint"] if hint and hint["indent"] == begin["indent"] else ""
+            if hint:
+                out.pop()  # the stub says it
+            inside = True
+            out += stub_lines(begin["indent"], hint, code)
         elif END.match(line):
             if not inside:
                 raise NotebookError(f"line {number}: END SOLUTION without BEGIN SOLUTION")

@@ -20,12 +20,14 @@ the exercise; grading counts checks, it cannot tell.
 Usage::
 
     coursekit release student OUTDIR [--force]
+    coursekit release nbgrader OUTDIR [--force]
     coursekit release grade SUBMISSIONS --out gradebook.csv [--timeout 300] [--exercises DIR]
                             [--lms canvas|moodle] [--feedback FOLDER]
 
-``--lms`` writes ``--out`` as the gradebook that LMS imports (:mod:`coursekit.course.lms`)
-instead of the long CSV; ``--feedback`` writes one file per student
-(:mod:`coursekit.course.feedback`).
+``nbgrader`` writes an nbgrader course directory: every exercise an assignment of its own,
+its source the solution notebook (README, "Grading with nbgrader"). ``--lms`` writes
+``--out`` as the gradebook that LMS imports (:mod:`coursekit.course.lms`) instead of the long
+CSV; ``--feedback`` writes one file per student (:mod:`coursekit.course.feedback`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import nbformat
 from coursekit.course import notebooks as nb
 
 TEMPLATES = nb.ROOT / "release" / "student"  # the student's Makefile and README
+NBGRADER_CONFIG = nb.ROOT / "release" / "nbgrader" / "nbgrader_config.py"
 FORBIDDEN_FOLDERS = {"solutions", "tests", "src"}
 CACHES = shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc", ".ipynb_checkpoints")
 
@@ -59,11 +62,7 @@ def chapter_notebooks(root: Path = nb.ROOT) -> list[Path]:
 def write_student_release(out: Path, force: bool = False, root: Path = nb.ROOT) -> Path:
     """Write the student folder ``out`` and verify it; refuse a non-empty ``out`` unless ``force``
     (which writes over existing files and keeps others, so verification still sees them)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ReleaseError(f"{out} is a file; give a folder to write the student release into")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise ReleaseError(f"{out} is not empty; give an empty or new folder, or --force to write over it")
+    out = _writable_folder(out, force, "the student release")
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     (out / "exercises").mkdir(exist_ok=True)
     for notebook in chapter_notebooks(root):
@@ -76,6 +75,29 @@ def write_student_release(out: Path, force: bool = False, root: Path = nb.ROOT) 
     for template in ("Makefile", "README.md"):
         shutil.copyfile(TEMPLATES / template, out / template)
     verify_release(out, root)
+    return out
+
+
+def write_nbgrader_course(out: Path, force: bool = False, root: Path = nb.ROOT) -> Path:
+    """Write the nbgrader course directory ``out``: the course's ``nbgrader_config.py`` and each
+    solution notebook (with its nbgrader cell metadata) as an assignment of its own,
+    ``source/<exercise>/<exercise>.ipynb``. Refuses a non-empty ``out`` unless ``force``."""
+    out = _writable_folder(out, force, "the nbgrader course")
+    for solution in solutions(root):
+        (out / "source" / solution.stem).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(solution, out / "source" / solution.stem / solution.name)
+    shutil.copyfile(NBGRADER_CONFIG, out / "nbgrader_config.py")
+    return out
+
+
+def _writable_folder(out: Path, force: bool, what: str) -> Path:
+    """``out`` as a Path, if it is a new or empty folder (or ``force``); else ReleaseError."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ReleaseError(f"{out} is a file; give a folder to write {what} into")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ReleaseError(f"{out} is not empty; give an empty or new folder, or --force to write over it")
+    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
@@ -125,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     student = commands.add_parser("student", help="write a student folder without solutions, and verify it")
     student.add_argument("outdir", type=Path)
     student.add_argument("--force", action="store_true", help="write into a non-empty folder")
+    nbgrader = commands.add_parser("nbgrader", help="write an nbgrader course directory: every exercise an "
+                                                     "assignment, its source the solution notebook")
+    nbgrader.add_argument("outdir", type=Path)
+    nbgrader.add_argument("--force", action="store_true", help="write into a non-empty folder")
     grade = commands.add_parser("grade", help="run every student's exercise notebooks; write a CSV gradebook")
     grade.add_argument("submissions", type=Path, help="one subfolder per student (its name is the student id)")
     grade.add_argument("--out", type=Path, required=True, help="the CSV file to write")
@@ -143,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             write_student_release(args.outdir, force=args.force)
             print(f"wrote {args.outdir}: {len(chapter_notebooks())} notebooks, {len(solutions())} "
                   "exercises, the coursekit library; verified: no solutions")
+        elif args.command == "nbgrader":
+            write_nbgrader_course(args.outdir, force=args.force)
+            print(f"wrote {args.outdir}: nbgrader_config.py and source/ with {len(solutions())} assignments; "
+                  f"next, there: nbgrader generate_assignment '*'")
         else:
             grade_class(args)
     except (ReleaseError, gradebook.GradingError) as error:

@@ -19,6 +19,14 @@ When the environment names a file in ``COURSEKIT_GRADING_LOG`` (the gradebook,
 appends one JSON line ``{"check": <function name>, "status": ..., "message": ...}`` to it:
 the grader counts results from that file instead of parsing the printed lines, and the
 message is what the student's feedback file quotes.
+
+Under nbgrader's ``autograde`` or ``validate`` (nbgrader sets ``NBGRADER_EXECUTION`` to
+``"autograde"`` or ``"validate"`` in the environment of the kernel it runs a notebook in) a
+check that does not pass raises :class:`CheckFailure` with its line after printing it:
+nbgrader counts a test cell as failed only if it raises (or writes to stderr), so a blank
+or wrong submission scores 0 for that check. Everywhere else (the student's own lab,
+``coursekit release grade``) a check never raises: the student reads one line, no
+traceback, and the notebook runs on.
 """
 
 from __future__ import annotations
@@ -28,10 +36,13 @@ import json
 import os
 from dataclasses import dataclass
 
-__all__ = ["CheckFailure", "CheckResult", "check", "GRADING_LOG"]
+__all__ = ["CheckFailure", "CheckResult", "check", "GRADING_LOG", "NBGRADER_EXECUTION"]
 
 #: environment variable naming the file a check appends its result to, if set
 GRADING_LOG = "COURSEKIT_GRADING_LOG"
+#: environment variable nbgrader sets in the kernels of ``autograde`` and ``validate``
+#: (nbgrader/converters/autograde.py, nbgrader/validator.py; documented in nbgrader's FAQ)
+NBGRADER_EXECUTION = "NBGRADER_EXECUTION"
 
 
 class CheckFailure(AssertionError):
@@ -88,6 +99,8 @@ def check(name: str):
             if not quiet:
                 print(result)
             _record(run.__name__, result)
+            if not result and os.environ.get(NBGRADER_EXECUTION) in ("autograde", "validate"):
+                raise CheckFailure(str(result))  # nbgrader scores the cell 0
             return result
 
         return run

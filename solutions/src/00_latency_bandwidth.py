@@ -23,7 +23,8 @@ from coursekit.grading.ch00 import check_fit_latency_bandwidth
 
 def fit_latency_bandwidth(sizes, times):
     """Least-squares fit of t = l + n / bw; returns (l in s, bw in bytes/s)."""
-    ### BEGIN SOLUTION: fit a straight line t = a + b*n weighting each point by 1/t (np.polyfit(..., w=) or lstsq), return (a, 1/b)
+    # Hint: fit a straight line t = a + b*n weighting each point by 1/t (np.polyfit(..., w=) or lstsq), return (a, 1/b)
+    ### BEGIN SOLUTION
     sizes, times = np.asarray(sizes, float), np.asarray(times, float)
     slope, intercept = np.polyfit(sizes, times, 1, w=1.0 / times)  # relative errors
     return intercept, 1.0 / slope

@@ -38,7 +38,8 @@ from coursekit.nn import MLP, layout, reference
 # %%
 def layer_backward(W, a_prev, a, grad_a, activation):
     """Return (dW, db, grad_a_prev) for one layer, given grad_a = dC/da."""
-    ### BEGIN SOLUTION: delta = grad_a * sigma'(z) written with a; then dW, db and grad_a_prev
+    # Hint: delta = grad_a * sigma'(z) written with a; then dW, db and grad_a_prev
+    ### BEGIN SOLUTION
     if activation == "relu":
         dsigma = (a > 0).astype(a.dtype)
     elif activation == "sigmoid":

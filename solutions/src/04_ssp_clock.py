@@ -35,7 +35,8 @@ from coursekit.viz import integer_ticks, show
 
 def ssp_gate(clock, clocks, staleness):
     """True if a worker at ``clock`` may proceed: clock - min(clocks) <= staleness."""
-    ### BEGIN SOLUTION: compare how far clock is ahead of the slowest clock with the bound
+    # Hint: compare how far clock is ahead of the slowest clock with the bound
+    ### BEGIN SOLUTION
     return bool(clock - np.min(clocks) <= staleness)
     ### END SOLUTION
 

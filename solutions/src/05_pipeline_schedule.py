@@ -59,7 +59,8 @@ for r, actions in enumerate(gpipe(2, 3)):
 # %%
 def one_f_one_b(stages, microbatches):
     """1F1B: for each rank r, its list of F(r, i) / B(r, i) in the order it runs them."""
-    ### BEGIN SOLUTION: warm-up forwards, then alternate one F and one B, then the remaining Bs
+    # Hint: warm-up forwards, then alternate one F and one B, then the remaining Bs
+    ### BEGIN SOLUTION
     out = []
     for r in range(stages):
         warm = min(stages - 1 - r, microbatches)
