@@ -254,7 +254,6 @@ def test_strip_solutions_keeps_indentation_and_hint():
     exec(stub, namespace)
     with pytest.raises(NotImplementedError):
         namespace["f"](3)
-    assert nb.strip_solutions("a\n### BEGIN SOLUTION\nsecret\n### END SOLUTION", code=False) == "a\nYOUR ANSWER HERE"
     # a '# Hint:' comment not just above the block, or at another indentation, stays a comment
     for kept in ("# Hint: h\nx = 1\n", "if x:\n# Hint: h\n"):
         stub = nb.strip_solutions(kept + "    ### BEGIN SOLUTION\n    x = 2\n    ### END SOLUTION")

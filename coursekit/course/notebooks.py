@@ -264,8 +264,10 @@ def _plain_text(output) -> str:
 # --------------------------------------------------------------------------- exercises
 
 
-def strip_solutions(text: str, code: bool = True) -> str:
-    """Replace every BEGIN/END SOLUTION block by a stub (code) or a prompt (markdown)."""
+def strip_solutions(text: str) -> str:
+    """Replace every BEGIN/END SOLUTION block of a code cell by a stub that raises
+    NotImplementedError (a block in a markdown cell is refused when the solution is built:
+    :mod:`coursekit.course.nbgrader_cells`)."""
     out, inside = [], False
     for number, line in enumerate(text.split("\n"), 1):
         begin = BEGIN.match(line)
@@ -280,7 +282,7 @@ def strip_solutions(text: str, code: bool = True) -> str:
             if hint:
                 out.pop()  # the stub says it
             inside = True
-            out += stub_lines(begin["indent"], hint, code)
+            out += stub_lines(begin["indent"], hint)
         elif END.match(line):
             if not inside:
                 raise NotebookError(f"line {number}: END SOLUTION without BEGIN SOLUTION")
@@ -306,9 +308,7 @@ def solution_blocks(text: str) -> list[str]:
     return blocks
 
 
-def stub_lines(indent: str, hint: str, code: bool) -> list[str]:
-    if not code:
-        return [f"YOUR ANSWER HERE{': ' + hint if hint else ''}"]
+def stub_lines(indent: str, hint: str) -> list[str]:
     task = hint or "write this part"
     return [f"{indent}# YOUR CODE HERE: {task}", f"{indent}raise NotImplementedError({task!r})"]
 
@@ -317,8 +317,8 @@ def exercise_from(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The exercise: solution blocks stubbed out, code outputs cleared."""
     exercise = nbformat.from_dict(solution)
     for cell in exercise.cells:
-        cell.source = strip_solutions(cell.source, code=cell.cell_type == "code")
         if cell.cell_type == "code":
+            cell.source = strip_solutions(cell.source)
             cell.outputs, cell.execution_count = [], None
     return exercise
 
