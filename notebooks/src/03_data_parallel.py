@@ -281,8 +281,10 @@ print(f"slope {follows:.2f} ms of step per ms of straggler compute; the others' 
 # gradient goes as $b = 3$ allreduces per step instead of 1 (counted from the runs'
 # spans); the bytes are the same, so by the model the buckets cost $(b-1)\cdot
 # 2(p-1)\alpha$ more, with $\alpha$ of the busy link of these $p = 2$ engines (fitted
-# below): about a millisecond (checked: between 0.2 and 5 ms). The measured extra is at
-# most of that order, not a hundred times it: the check allows up to 20 times. It is a
+# below): about a millisecond on the local ZeroMQ cluster, a tenth of that on MPI engines
+# (checked: positive and below 5 ms). The measured extra is at most of that order, not a
+# hundred times it: the check allows up to 20 times the model, and never less than 4 ms
+# (20 times 0.2 ms), the noise of two medians on 2 shared cores. It is a
 # difference of two noisy medians: on a busy machine, where each collective also waits for
 # its peer to be scheduled, it has come out anywhere from below zero to a few times the
 # model's (the printout gives it). Overlap does start the first buckets' allreduces while
@@ -342,14 +344,15 @@ assert b == 3 and round(grad_bytes / 1e6, 2) == 2.25, (b, grad_bytes)
 assert collectives_per_step(one) == [1, 1], collectives_per_step(one)
 assert collectives_per_step(after) == collectives_per_step(overlapped) == [b, b]
 assert np.isclose(model_extra, (b - 1) * 2 * (2 - 1) * pair_link.alpha)
-assert 0.2e-3 < model_extra < 5e-3, model_extra  # (b - 1) = 2 collectives of 2 alpha
-assert measured_extra <= 20 * model_extra, (measured_extra, model_extra)
+assert 0 < model_extra < 5e-3, model_extra  # (b - 1) = 2 collectives of 2 alpha
+# MPI's busy pair alpha can be ~30 us (model 0.11 ms): the bound never drops below 4 ms
+assert measured_extra <= 20 * max(model_extra, 0.2e-3), (measured_extra, model_extra)
 started = lambda r: [(min(c.start for c in cs), max(x.end for x in bs))  # noqa: E731
                      for cs, bs in zip(per_rank(r, "comm"), per_rank(r, "backward"))]
 assert any(first < last for first, last in started(overlapped)), started(overlapped)
 assert all(first >= last for first, last in started(after)), started(after)
 print(f"PASS: buckets after the backward make {b} allreduces per step instead of 1; their extra "
-      f"exposed communication is at most 20x the model's (b-1)·2(p-1)·alpha; overlapped, the "
+      f"exposed communication is at most 20x the model's (b-1)·2(p-1)·alpha (or 4 ms); overlapped, the "
       f"first allreduce starts before the backward ends (on at least one rank)")
 
 # %% tags=["nbval-ignore-output"]
