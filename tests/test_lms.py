@@ -12,13 +12,14 @@ import json
 import pytest
 
 from coursekit.course import feedback, lms, release
-from coursekit.course.gradebook import NOT_RUN, CheckOutcome, GradingError, Row, _outcomes, _results, write_csv
+from coursekit.grading.core import CheckResult
+from coursekit.course.gradebook import NOT_RUN, GradingError, Row, _outcomes, _results, write_csv
 
 TODO = "not implemented yet: replace the `raise NotImplementedError` in your function"
 
 
 def outcome(name, status, message="all cases passed"):
-    return CheckOutcome(name, status, message)
+    return CheckResult(name, status, message)
 
 
 # Given out of order, as no caller should rely on: zoe has no row at all for 02_collectives.

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import nbformat
 
-from coursekit.grading.core import GRADING_LOG
+from coursekit.grading.core import GRADING_LOG, CheckResult
 from coursekit.cluster.processes import end_processes, ipython_dir_processes
 
 TIMEOUT_S = 300.0
@@ -45,17 +45,6 @@ GRADING_MODULE = "coursekit.grading"
 
 class GradingError(ValueError):
     """A submissions folder or exercise folder that cannot be graded."""
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """One counted check of one notebook: ``status`` is "pass", "fail", "todo" (the
-    student's function is still the stub) or "not run"; ``message`` is what the check
-    reported (for a failure or todo, what its first such call reported)."""
-
-    name: str
-    status: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -69,7 +58,7 @@ class Row:
     status: str
     seconds: float
     detail: str = ""
-    checks: tuple[CheckOutcome, ...] = ()
+    checks: tuple[CheckResult, ...] = ()  # status "pass", "fail", "todo" or "not run"
 
 
 #: the long CSV's columns, in order (a Row's fields but its checks)
@@ -186,7 +175,7 @@ def _results(log: Path) -> dict[str, list[tuple[str, str]]]:
     return results
 
 
-def _outcomes(checks: list[str], results: dict[str, list[tuple[str, str]]]) -> tuple[CheckOutcome, ...]:
+def _outcomes(checks: list[str], results: dict[str, list[tuple[str, str]]]) -> tuple[CheckResult, ...]:
     """One outcome per expected check: it passes if every call of it passed; otherwise its
     first call that did not pass speaks for it."""
     outcomes = []
@@ -194,7 +183,7 @@ def _outcomes(checks: list[str], results: dict[str, list[tuple[str, str]]]) -> t
         calls = results.get(name, [])
         failed = [call for call in calls if call[0] != "pass"]
         status, message = failed[0] if failed else calls[-1] if calls else ("not run", NOT_RUN)
-        outcomes.append(CheckOutcome(name, status, message))
+        outcomes.append(CheckResult(name, status, message))
     return tuple(outcomes)
 
 
