@@ -408,7 +408,7 @@ print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficienc
 
 # %% [markdown]
 # The efficiency $T_1/T_N$ collapses here, and the busy-link model predicts the collapse:
-# every step's gradient is the latency-bound 340 KB of section 4, whose ring costs $2(N-1) =
+# every step's gradient is the 340 KB of section 4 (latency-bound here), whose ring costs $2(N-1) =
 # 6$ rounds of the busy $\alpha$ at $N = 4$, several milliseconds, more than twice the
 # compute (checked), which hides nothing. So low an efficiency means that four engines
 # process fewer examples per second than one engine alone ($N \cdot T_1/T_N < 1$, checked):
