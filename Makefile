@@ -1,4 +1,5 @@
-# coursekit: `make lab` starts the course, `make test` runs every test,
+# coursekit: `make lab` starts the course (`make update` brings course updates into your copies),
+# `make test` runs every test,
 # `make test-fast` the unit tests alone (no cluster, MPI, browser, notebook or slow test),
 # `make test-gpu` the GPU tests and benches on a machine with an NVIDIA GPU (README "On GPUs").
 # They create the virtual environment .venv (Python 3.11+) on first use.
@@ -17,9 +18,10 @@ NBGRADER_VENV  := .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 LAB_ARGS ?=
+WORKSPACE ?= workspace
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: install class-env nbgrader-env lab test test-fast test-gpu gpu-check test-clusters notebooks exercises bench lock clean
+.PHONY: install class-env nbgrader-env lab update test test-fast test-gpu gpu-check test-clusters notebooks exercises bench lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "coursekit needs Python 3.11 or newer; run: make PYTHON=python3.11 ...")'
@@ -30,9 +32,17 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# Students run and edit their own copies in $(WORKSPACE) (ignored by git), never the course's
+# tracked notebooks, so `make update` (git pull, then a cell-by-cell merge) never conflicts.
 lab: $(STAMP)
+	$(BIN)/python -m coursekit workspace init --course $(CURDIR) --workspace $(WORKSPACE)
 	@echo "Starting JupyterLab on http://127.0.0.1:$(PORT)/lab (open the link with the token printed below)"
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(CURDIR) $(AS_ROOT) $(LAB_ARGS) notebooks/00_setup.ipynb
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(abspath $(WORKSPACE)) $(AS_ROOT) $(LAB_ARGS) notebooks/00_setup.ipynb
+
+update:
+	@if git -C $(CURDIR) rev-parse --is-inside-work-tree >/dev/null 2>&1; then git -C $(CURDIR) pull --ff-only; fi
+	$(MAKE) install
+	$(BIN)/python -m coursekit workspace update --course $(CURDIR) --workspace $(WORKSPACE)
 
 # The notebooks run with NumPy's SIMD dispatch and Numba's target forced off this CPU's
 # (--numerics=off-host, conftest.py): their stored outputs must read the same on any machine.

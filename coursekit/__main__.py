@@ -4,6 +4,7 @@
     coursekit profiles slurm ...           # write an ipcluster profile (coursekit.cluster.profiles)
     coursekit release student OUT          # a student folder without solutions (coursekit.course.release)
     coursekit notebooks execute            # rebuild the stored notebooks (coursekit.course.notebooks)
+    coursekit workspace update             # merge course updates into a student's copies (coursekit.course.workspace)
 
 Each command is the ``main`` of its module; ``coursekit COMMAND --help`` lists its options.
 """
@@ -18,12 +19,14 @@ COMMANDS = {
     "profiles": "write an ipcluster profile for Slurm or MPI",
     "release": "write a student release, or grade submitted exercises",
     "notebooks": "run the notebook sources and store them with outputs; regenerate exercises",
+    "workspace": "a student's working copy of the notebooks: create it, merge course updates into it",
 }
 MODULES = {  # the module whose main each command runs
     "preflight": "coursekit.cluster.preflight",
     "profiles": "coursekit.cluster.profiles",
     "release": "coursekit.course.release",
     "notebooks": "coursekit.course.notebooks",
+    "workspace": "coursekit.course.workspace",
 }
 
 

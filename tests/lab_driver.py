@@ -1,8 +1,8 @@
 """Drive a real JupyterLab in a real headless Chromium, as a student would.
 
 The lab is started with the README's own command (``make lab``) on a free
-loopback port, with temporary runtime, settings and checkpoint folders (autosave
-off, so the test never writes into the course's notebooks). The browser is Debian's
+loopback port, with temporary runtime, settings, checkpoint and working-copy folders
+(``make lab`` copies the course's notebooks into the working copy; autosave is off). The browser is Debian's
 Chromium driven by Playwright; no browser is downloaded.
 """
 
@@ -55,8 +55,10 @@ class Lab:
         env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
                    IPYTHONDIR=str(self.ipython_dir),
                    JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(workdir / "ws"))
+        # the student's working copy, made afresh by `make lab` (never a stale one of the checkout's)
+        self.workspace = workdir / "workspace"
         self.process = subprocess.Popen(
-            ["make", "lab", f"PORT={self.port}",
+            ["make", "lab", f"PORT={self.port}", f"WORKSPACE={self.workspace}",
              # checkpoints JupyterLab makes on opening go to the temp dir, not the course
              f"LAB_ARGS=--no-browser --FileCheckpoints.checkpoint_dir={workdir / 'checkpoints'}"],
             cwd=repo, env=env, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,

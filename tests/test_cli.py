@@ -21,7 +21,7 @@ def test_without_a_command_it_lists_the_commands():
 def test_an_unknown_command_names_the_allowed_ones():
     done = coursekit("lab")
     assert done.returncode == 2
-    assert "unknown command 'lab'; allowed: preflight, profiles, release, notebooks" in done.stderr
+    assert "unknown command 'lab'; allowed: preflight, profiles, release, notebooks, workspace" in done.stderr
 
 
 def test_a_command_runs_its_module(tmp_path):

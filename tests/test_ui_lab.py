@@ -99,6 +99,9 @@ def shoot(page, name: str) -> None:
 
 
 def test_setup_notebook_runs_top_to_bottom_in_the_browser(lab, page):
+    # `make lab` made the student's working copy and serves it, not the course's tracked files
+    copy = lab.workspace / "notebooks" / "00_setup.ipynb"
+    assert copy.read_bytes() == (ROOT / "notebooks" / "00_setup.ipynb").read_bytes()
     open_notebook(page, lab, "notebooks/00_setup.ipynb")
     run_all_cells(page)
     shoot(page, "00_setup")
