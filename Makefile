@@ -30,9 +30,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The links JupyterLab prints (with their token) open the first notebook, not the Launcher:
+# its default URL is /lab/tree/<path>, the same page the browser it starts opens.
+FIRST_NOTEBOOK := notebooks/00_setup.ipynb
 lab: $(STAMP)
-	@echo "Starting JupyterLab on http://127.0.0.1:$(PORT)/lab (open the link with the token printed below)"
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(CURDIR) $(AS_ROOT) $(LAB_ARGS) notebooks/00_setup.ipynb
+	@echo "Starting JupyterLab on http://127.0.0.1:$(PORT)/lab/tree/$(FIRST_NOTEBOOK) (open the link with the token printed below)"
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(AS_ROOT) $(LAB_ARGS) $(FIRST_NOTEBOOK)
 
 # The notebooks run with NumPy's SIMD dispatch and Numba's target forced off this CPU's
 # (--numerics=off-host, conftest.py): their stored outputs must read the same on any machine.
