@@ -69,7 +69,7 @@ class Lab:
     def _wait_for_token(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = re.search(rf"127\.0\.0\.1:{self.port}/lab\?token=([0-9a-f]+)", self.log())
+            found = re.search(rf"127\.0\.0\.1:{self.port}/lab[^?\s]*\?token=([0-9a-f]+)", self.log())
             if found:
                 return found.group(1)
             if self.process.poll() is not None:

@@ -4,6 +4,7 @@ The end-to-end test is the student's own sequence with real git: clone the cours
 working copy, run and edit notebooks, the instructor pushes an update, ``git pull``, update.
 """
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -201,7 +202,7 @@ def test_a_student_pulls_an_update_and_keeps_their_work(course, tmp_path):
 
 
 @pytest.mark.parametrize("makefile", [ROOT / "Makefile", ROOT / "release" / "student" / "Makefile"])
-def test_make_lab_opens_the_working_copy_and_make_update_merges_into_it(makefile, tmp_path):
+def test_make_lab_opens_the_first_notebook_of_the_working_copy_and_make_update_merges_into_it(makefile, tmp_path):
     folder = tmp_path / "course"  # the Makefile's folder, with the files its install rule needs
     folder.mkdir()
     (folder / "Makefile").write_text(makefile.read_text())
@@ -216,7 +217,13 @@ def test_make_lab_opens_the_working_copy_and_make_update_merges_into_it(makefile
 
     lab = dry_run("lab")
     assert f"coursekit workspace init --course {folder} --workspace {tmp_path}/w" in lab
-    assert f"--ServerApp.root_dir={tmp_path}/w " in lab
+    command = shlex.split(next(line for line in lab.splitlines() if "jupyter lab" in line))
+    assert f"--ServerApp.root_dir={tmp_path}/w" in command
+    # the links JupyterLab prints (its default URL) and the browser it starts open 00_setup
+    assert "--LabApp.default_url=/lab/tree/notebooks/00_setup.ipynb" in command
+    assert command[-1] == "notebooks/00_setup.ipynb" and (ROOT / command[-1]).is_file()
+    echoed = next(line for line in lab.splitlines() if line.startswith("echo ") and "Starting JupyterLab" in line)
+    assert "http://127.0.0.1:8888/lab/tree/notebooks/00_setup.ipynb " in echoed
     update = dry_run("update").splitlines()
     pull = next(i for i, line in enumerate(update) if "pull --ff-only" in line)
     merge = next(i for i, line in enumerate(update) if "coursekit workspace update" in line)

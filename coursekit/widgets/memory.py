@@ -4,7 +4,8 @@ Controls: model (the :data:`coursekit.memory.PRESETS`), precision, optimizer, Ze
 data-parallel GPUs N, tensor-parallel t, pipeline stages p, micro-batch b, micro-batches
 m, recomputation, GPU memory and throughput, link bandwidth. Every change recomputes
 :func:`coursekit.memory.memory_per_gpu` and :func:`coursekit.memory.step_time` (pure
-formulas, instant) and draws the bytes per GPU as one stacked bar per ZeRO stage, the
+formulas, instant), so the panel has no Run or Stop button (there is nothing to start or
+wait for), and draws the bytes per GPU as one stacked bar per ZeRO stage, the
 chosen one outlined, with the GPU's capacity as a line
 (:func:`coursekit.viz.memory.plot_memory`). The status says whether it fits and what a
 step costs.
@@ -23,6 +24,7 @@ from coursekit.widgets.panel import Panel, png
 __all__ = ["MemoryPanel"]
 
 LINK_ALPHA_S = 5e-6  # a GPU cluster's per-message latency, as in chapter 7
+LABEL_WIDTH = "140px"  # every control's description; each label fits it (tests/widgets)
 
 
 class MemoryPanel(Panel):
@@ -30,7 +32,7 @@ class MemoryPanel(Panel):
     chosen stage); ``panel.status`` says whether the chosen stage fits and the step's time."""
 
     def __init__(self, model: str = "gpt-7b-2k", **setup):
-        style = {"description_width": "140px"}
+        style = {"description_width": LABEL_WIDTH}
 
         def pick(options, value, label):
             return widgets.Dropdown(options=options, value=value, description=label, style=style)
@@ -50,7 +52,7 @@ class MemoryPanel(Panel):
         self.pp = pick([1, 2, 4, 8, 16], base.pp, "pipeline p")
         self.micro_batch = ints(base.micro_batch, 1, 64, "micro-batch b")
         self.micro_batches = ints(base.micro_batches, 1, 64, "micro-batches m")
-        self.recompute = widgets.Checkbox(base.recompute, description="recompute activations",
+        self.recompute = widgets.Checkbox(base.recompute, description="recomputation",
                                           style=style)
         self.gpu_gb = pick([16, 24, 40, 80, 141], 80, "GPU memory [GB]")
         self.tflops = widgets.FloatSlider(400.0, min=10.0, max=1000.0, step=10.0,
@@ -63,6 +65,8 @@ class MemoryPanel(Panel):
                           self.tp, self.pp, self.micro_batch, self.micro_batches,
                           self.recompute, self.gpu_gb, self.tflops, self.link_gbs],
                          columns=2, auto=True)
+        for button in (self.run_button, self.stop_button):  # every change already recomputes
+            button.layout.display = "none"
         self.run()
 
     def setup(self) -> TrainingSetup:

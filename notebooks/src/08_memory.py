@@ -10,9 +10,10 @@
 # * the **activations** each layer keeps for the backward pass, per sample in the batch.
 #
 # With mixed-precision Adam, P = G = 2 and K = 4 + 4 + 4 = 12: 16 bytes per parameter
-# before a single activation, 112 GB for a 7-billion-parameter model, more than an 80 GB
-# GPU holds. This chapter measures these bytes on real buffers and checks them against the
-# formulas, then removes them the way production systems do:
+# before a single activation. The "7B" model of section 1 (LLaMA-7B's dimensions in GPT's
+# layout: Ψ = 6.58 billion) needs 16Ψ = 105 GB, more than an 80 GB GPU holds (section 1
+# computes it from the model's shape). This chapter measures these bytes on real buffers
+# and checks them against the formulas, then removes them the way production systems do:
 #
 # 1. **ZeRO** (DeepSpeed; FSDP is its stage 3) shards optimizer states, gradients and
 #    parameters over the N data-parallel ranks, run here on the engines;
@@ -68,19 +69,61 @@ print(f"PASS: on all {c.size} engines every category measured on the real buffer
 # per transformer layer in 16 bits.
 
 # %%
-rows = []
-for key in ("gpt2-small", "gpt-7b-2k", "resnet50"):
-    m = memory_per_gpu(PRESETS[key], TrainingSetup(precision="bf16", optimizer="adam"))
-    rows.append((PRESETS[key].name, PRESETS[key].n_params, m))
+mem = {key: memory_per_gpu(PRESETS[key], TrainingSetup(precision="bf16", optimizer="adam"))
+       for key in ("gpt2-small", "gpt-7b-2k", "resnet50")}
+for key, m in mem.items():
     print(f"{PRESETS[key].name:20s} Ψ = {PRESETS[key].n_params / 1e6:7.0f} M: parameters "
           f"{m.parameters / 1e9:6.2f} GB, gradients {m.gradients / 1e9:6.2f}, optimizer "
           f"{m.optimizer_states / 1e9:6.2f}, activations {m.activations / 1e9:6.2f}")
-for _, n_params, m in rows:
+    n_params = PRESETS[key].n_params
     assert m.optimizer_states == 12 * n_params and m.parameters + m.gradients == 4 * n_params
-seven_b = rows[1][2]
-assert seven_b.total > 80e9
-print("PASS: the optimizer states are 12 of the 16 bytes per parameter; the 7B model needs "
-      f"{seven_b.total / 1e9:.0f} GB on one GPU, more than 80 GB")
+# Korthikanti et al.'s s h (34 + 5 a s / h) bytes per layer, L layers, one sequence (b = 1)
+dims = {"gpt2-small": (12, 768, 12, 1024), "gpt-7b-2k": (32, 4096, 32, 2048)}  # L, h, a, s
+for key, (L, h, a, s) in dims.items():
+    assert mem[key].activations == L * s * (34 * h + 5 * a * s)
+assert mem["resnet50"].activations == 2 * 37_710_312  # the image + every layer's output, 16 bits
+psi_7b, seven_b = PRESETS["gpt-7b-2k"].n_params, mem["gpt-7b-2k"]
+states_7b = seven_b.parameters + seven_b.gradients + seven_b.optimizer_states
+print(f"7B: Ψ = {psi_7b:,}, model states 16Ψ = {states_7b / 1e9:.0f} GB; with the activations "
+      f"{seven_b.total / 1e9:.0f} GB")
+assert states_7b == 16 * psi_7b and round(16 * psi_7b / 1e9) == 105  # the introduction's 105 GB
+assert states_7b > 80e9 and seven_b.total > 80e9
+print("PASS: the optimizer states are 12 of the 16 bytes per parameter; the activations are "
+      "Korthikanti's formula; the 7B model's states alone, 16Ψ = 105 GB, exceed 80 GB")
+
+# %% [markdown]
+# Everything above is bytes per parameter times Ψ, plus the activations. `bytes_per_param`
+# gives P, G and K for each precision and optimizer. The weights alone take P bytes a
+# parameter: 4 in fp32, 2 in 16 bits.
+#
+# A deck slip to avoid: the Greek lecture sizes modern networks at "100M-2B parameters,
+# 0.1-8 GB". Its two ends use different bytes per parameter. 2B parameters in 8 GB fixes
+# 4 bytes a parameter (fp32 weights); then 100M parameters are 0.4 GB, not 0.1 GB. 0.1 GB
+# would need 1 byte a parameter (int8), and then 2B parameters would be 2 GB. Training
+# needs far more than the weights: 16 bytes a parameter with Adam, 32 GB for 2B parameters.
+
+# %%
+from coursekit.memory import bytes_per_param
+
+for precision in ("fp32", "bf16"):
+    for optimizer in ("sgd", "momentum", "adam"):
+        P, G, K = bytes_per_param(precision, optimizer)
+        print(f"{precision} {optimizer:8s}: P {P} + G {G} + K {K:2d} = {P + G + K:2d} bytes "
+              "per parameter")
+assert sum(bytes_per_param("fp32", "adam")) == sum(bytes_per_param("bf16", "adam")) == 16
+
+weight_bytes = bytes_per_param("fp32", "sgd")[0]
+deck = {100_000_000: 100_000_000, 2_000_000_000: 8_000_000_000}  # parameters: the deck's bytes
+for n, said in deck.items():
+    print(f"{n:>13,} parameters: fp32 weights {n * weight_bytes / 1e9:g} GB, the deck says "
+          f"{said / 1e9:g} GB ({said / n:g} B per parameter); Adam training "
+          f"{n * sum(bytes_per_param('bf16', 'adam')) / 1e9:g} GB")
+assert weight_bytes == 4 and 2_000_000_000 * weight_bytes == deck[2_000_000_000]
+assert 100_000_000 * weight_bytes == 400_000_000 != deck[100_000_000]
+one_byte = deck[100_000_000] // 100_000_000  # what the deck's 0.1 GB assumes
+assert one_byte == 1 and 2_000_000_000 * one_byte == 2_000_000_000 != deck[2_000_000_000]
+print("PASS: the deck's 8 GB for 2B parameters is 4 bytes per parameter, so 100M parameters "
+      "are 0.4 GB; its 0.1 GB is 1 byte per parameter, which would make 2B parameters 2 GB")
 
 # %% [markdown]
 # ZeRO's own example (Rajbhandari et al. 2020, Figure 1): Ψ = 7.5 B parameters, N = 64 GPUs,
@@ -197,8 +240,10 @@ legend_outside(ax)
 show()
 assert u.lost_activation_grads[0] > 0.1 and abs(u.lost_activation_grads[0] - u.below_fp16) < 0.01
 assert u.lost_activation_grads[1] < 0.01 and u.lost_activation_grads[2] == 0
+assert np.all((0 < u.grad_error) & (u.grad_error < 0.1))
 print("PASS: fp16 without scaling loses over 10% of the activation gradients (as predicted to "
-      "within a point), loss scaling keeps all but under 1%, bf16 loses none")
+      "within a point), loss scaling keeps all but under 1%, bf16 loses none; every 16-bit "
+      "weight gradient is off by less than 10%")
 
 # %% [markdown]
 # bf16 loses nothing to underflow, yet its weight-gradient error is about **3 times**
@@ -245,13 +290,17 @@ for name, result in (("loss as is", plain), ("loss x 2^-22", tiny)):
 scales = tiny.histories[1].scales  # fp16 + loss scaling, every step
 print(f"fp16 + loss scaling: {scales.size} steps; S grew from 2^{np.log2(scales[0]):g} to "
       f"2^{np.log2(scales.max()):g} (PyTorch's default of 2000 good steps would keep 2^16)")
-assert scales.size == 10 * 43 < 2000 and scales.max() >= 2.0**16 * 2 ** (scales.size // 100 - 1)
+# no step overflowed, so S doubled after every 100 steps: 2^16 x 2^(430 // 100) = 2^20
+assert not tiny.histories[1].skipped.any() and scales[0] == 2.0**16
+assert scales.size == 10 * 43 < 2000 and scales.max() == 2.0**16 * 2 ** (scales.size // 100)
 fp32 = plain.test_accuracy[0]
+assert fp32 > 0.9  # the MLP learns digits
 assert np.all(np.abs(plain.test_accuracy - fp32) <= 0.015)
 assert np.all(np.abs(tiny.test_accuracy[:3] - tiny.test_accuracy[0]) <= 0.015)
 assert tiny.test_accuracy[3] < tiny.test_accuracy[0] - 0.2
-print("PASS: on digits every format reaches fp32's accuracy within 1.5 points; with tiny "
-      "gradients fp16 without loss scaling falls more than 20 points behind, the others do not")
+print("PASS: fp32 tests above 90%; on digits every format reaches fp32's accuracy within 1.5 "
+      "points; with tiny gradients fp16 without loss scaling falls more than 20 points behind, "
+      "the others do not; S doubled every 100 steps, never halved")
 
 # %% [markdown]
 # A scale that is too large overflows (values from 65520 become inf). The dynamic scaler
@@ -264,7 +313,10 @@ o = overflow(initial_scale=2.0**24)
 print(f"S_limit = {o.limit_scale:.3g} (2^{np.log2(o.limit_scale):.2f}); skipped {o.skips} steps, "
       f"predicted {o.predicted_skips}; scales tried: {[f'2^{np.log2(s):g}' for s in o.scales]}")
 assert o.skips == o.predicted_skips
-print("PASS: the scaler skipped exactly the predicted number of steps")
+assert list(o.scales) == [o.initial_scale / 2**k for k in range(o.skips + 1)]  # halved each skip
+assert o.scales[-1] < o.limit_scale <= o.scales[-2]  # the first S below the limit is taken
+print("PASS: the scaler skipped exactly the predicted number of steps, halving S each time, "
+      "and took the first S below S_limit")
 
 # %% [markdown]
 # Memory: with Adam, fp32 training keeps 4 + 4 + 8 = 16 bytes per parameter; mixed
@@ -281,9 +333,13 @@ for precision in ("fp32", "bf16"):
 fp32_m, bf16_m = (memory_per_gpu(PRESETS["gpt-7b-2k"], TrainingSetup(precision=p, optimizer="adam"))
                   for p in ("fp32", "bf16"))
 ratio = bf16_m.activations / fp32_m.activations
+# per sequence: `values` at 4 or 2 bytes, one-byte dropout masks (coursekit.memory.shapes)
+stored = PRESETS["gpt-7b-2k"].kept, PRESETS["gpt-7b-2k"].kept_split
+values, masks = sum(k.values for k in stored), sum(k.mask_bytes for k in stored)
+assert fp32_m.activations == 4 * values + masks and bf16_m.activations == 2 * values + masks
 assert 0.5 < ratio < 0.6
 assert bf16_m.parameters + bf16_m.gradients + bf16_m.optimizer_states == \
-    fp32_m.parameters + fp32_m.gradients + fp32_m.optimizer_states
+    fp32_m.parameters + fp32_m.gradients + fp32_m.optimizer_states == 16 * psi_7b
 print(f"PASS: 16-bit training keeps {ratio:.0%} of fp32's activation bytes; with Adam's fp32 "
       "master copy the model states stay at 16 bytes per parameter")
 
@@ -296,7 +352,7 @@ print(f"PASS: 16-bit training keeps {ratio:.0%} of fp32's activation bytes; with
 # gradient. Here on the 4 engines, 1F1B with 8 micro-batches, 2 layers per stage:
 
 # %%
-from coursekit.parallel.pipeline import run_pipeline, schedule
+from coursekit.parallel.pipeline import peak_activations, run_pipeline, schedule, stage_layers
 
 pipe_mlp = MLP([64, 256, 256, 256, 256, 256, 256, 256, 10], dtype=np.float64, seed=0)
 Xp, yp = digits.X_train[:256], digits.y_train[:256]
@@ -311,10 +367,18 @@ for rank in range(c.size):
           f"{kept.layer_forwards[rank]} -> {again.layer_forwards[rank]}")
 np.testing.assert_array_equal(again.grad, kept.grad)
 assert again.layer_forwards == [2 * f for f in kept.layer_forwards]
+# the formula: rank r holds f_r micro-batches of b rows at its peak (1F1B: min(p - r, m));
+# each keeps the stage's input n_in and its layers' outputs, or only the input with
+# recomputation, plus the outputs of the one micro-batch whose backward runs
+in_flight, rows = peak_activations(sched), len(Xp) // 8
+for rank, layers in enumerate(stage_layers(len(pipe_mlp.sizes) - 1, c.size)):
+    n_in, n_out = pipe_mlp.sizes[layers.start], sum(pipe_mlp.sizes[l + 1] for l in layers)
+    assert kept.peak_activation_bytes[rank] == in_flight[rank] * rows * (n_in + n_out) * 8
+    assert again.peak_activation_bytes[rank] == (in_flight[rank] * n_in + n_out) * rows * 8
 saved = [k - a for k, a in zip(kept.peak_activation_bytes, again.peak_activation_bytes)]
 assert all(s > 0 for s in saved[:-1]) and saved[-1] == 0 and saved[0] == max(saved)
-print("PASS: the same gradient bit for bit, twice the layer forwards, less activation memory "
-      "on every rank but the last, the most on rank 0")
+print("PASS: every peak equals the formula; the same gradient bit for bit, twice the layer "
+      "forwards, less activation memory on every rank but the last, the most on rank 0")
 
 # %% [markdown]
 # Rank 0 holds the most micro-batches in flight (1F1B: min(p, m) = 4), so it saves the most;

@@ -24,7 +24,8 @@
 # $1/N$ of the gradient and optimizer memory. The result is exactly ZeRO-1's (and serial
 # training's) step.
 #
-# The shards follow a `layout` (`coursekit.parallel.zero.ShardLayout`): each layer's block
+# The shards follow a `layout` (`coursekit.parallel.zero.ShardLayout`) for N =
+# `layout.n_ranks` ranks (the same as `comm.size`): each layer's block
 # of the flat buffer is padded with zeros to N equal chunks of `layout.chunks[l]` values, and
 # rank r's shard is chunk r of every layer, C = `layout.width` values in all; layer l's chunk
 # sits at `layout.offsets[l]:layout.offsets[l + 1]` of the shard.
@@ -33,7 +34,8 @@
 #   `reduce_scatter(comm, rows)` returns row `comm.rank` of the sum, shape (1, c_l);
 # * `layout.flat_into(rows, flat)` writes an (N, C) array back into a flat buffer of
 #   `layout.spans[-1].stop` values (the number of parameters);
-# * `allgather(comm, shard)` returns the N shards one after another (N C values).
+# * `allgather(comm, shard)` returns the N shards one after another (N C values): reshape
+#   them to (`layout.n_ranks`, `layout.width`) rows for `layout.flat_into`.
 #
 # TIP: try your function on 2 ranks with `coursekit.comm.run_local`;
 # `coursekit.comm.set_verbose()` prints every message.
@@ -66,7 +68,7 @@ def zero2_step(comm, backward, shard, optimizer, layout):
         del block  # the bucket is freed: only my chunk of its sum stays
     optimizer.step(grad_shard)
     params = np.empty(layout.spans[-1].stop, shard.dtype)
-    layout.flat_into(allgather(comm, shard).reshape(comm.size, layout.width), params)
+    layout.flat_into(allgather(comm, shard).reshape(layout.n_ranks, layout.width), params)
     return params
     ### END SOLUTION
 

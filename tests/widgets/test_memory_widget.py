@@ -33,3 +33,33 @@ def test_fewer_micro_batches_than_stages_show_a_large_bubble():
     panel.pp.value = 4
     assert panel.error is None
     assert panel.result[1].bubble == pytest.approx(3 * panel.result[1].compute)
+
+
+def text_width_px(text: str, size_px: int = 13) -> float:
+    """``text``'s width in DejaVu Sans at JupyterLab's widget font size (13 px): Linux
+    browsers' usual sans font, and wider than the Helvetica / Arial / Segoe UI of others."""
+    from matplotlib import font_manager, ft2font
+    font = ft2font.FT2Font(font_manager.findfont("DejaVu Sans"))
+    font.set_size(size_px, 72)  # 72 dpi: one point is one pixel
+    font.set_text(text)
+    return font.get_width_height()[0] / 64  # 26.6 fixed point
+
+
+def test_every_label_fits_the_width_it_gets_and_there_is_no_useless_run_button():
+    import ipywidgets as widgets
+
+    panel = MemoryPanel()
+    controls = [c for column in panel.children[0].children for c in column.children]
+    assert len(controls) == 13
+    for control in controls:
+        label = int(control.style.description_width.removesuffix("px"))
+        if isinstance(control, widgets.Checkbox):
+            # a 300 px widget: the indent (the label width), the box and its margins (< 40 px)
+            # and the description; "recompute activations" (144 px) showed as "recompute activa…"
+            room = 300 - label - 40
+        else:
+            room = label
+        assert text_width_px(control.description) <= room, (control.description, room)
+    assert text_width_px("recompute activations") > 300 - 140 - 40  # the label that was cut
+    # every change recomputes at once (the first test): Run and Stop would do nothing visible
+    assert panel.run_button.layout.display == panel.stop_button.layout.display == "none"
