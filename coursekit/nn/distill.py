@@ -98,7 +98,7 @@ class DistillConfig:
     epochs, batch_size, lr: SGD for the teacher and for both students; seed: the initial
     weights and the shuffling (the same for both students)."""
 
-    teacher: tuple = (64, 256, 10)
+    teacher: tuple = (64, 128, 10)
     student: tuple = (64, 8, 10)
     T: float = 4.0
     alpha: float = 0.9
