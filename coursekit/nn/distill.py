@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coursekit import checks
-from coursekit.data import minibatches
+from coursekit.data import Dataset, minibatches
 from coursekit.nn.flops import dense_macs
 from coursekit.nn.layout import check_sizes
 from coursekit.nn.mlp import MLP
@@ -168,6 +168,7 @@ def distill(config: DistillConfig, data) -> DistillResult:
     seed, same batches): alone (alpha = 0) and on the teacher's soft targets; ``data`` is a
     :class:`coursekit.data.Dataset` (its test split gives the accuracies)."""
     checks.instance(config, "config", DistillConfig)
+    checks.instance(data, "data", Dataset, " (e.g. coursekit.data.load_digits())")
     X, y = checks.data_pair((data.X_train, data.y_train), "data", features=config.teacher[0])
     teacher = MLP(config.teacher, seed=config.seed)
     train_mlp(teacher, X, y, epochs=config.epochs, batch_size=config.batch_size,

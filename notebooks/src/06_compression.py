@@ -431,6 +431,7 @@ for p, r in inference.items():
 
 # %%
 from coursekit.nn.distill import DistillConfig, distill
+from coursekit.nn.flops import mlp_step_flops
 
 distilled = [distill(DistillConfig(teacher=(64, 128, 10), student=(64, 8, 10), T=4.0,
                                    alpha=0.9, seed=seed), digits) for seed in (0, 1, 2)]
@@ -441,6 +442,7 @@ assert accuracy["teacher"].mean() > accuracy["alone"].mean() + 0.01  # the teach
 assert gain.mean() > 0 and gain.min() > -0.01, gain  # helps on average, never hurts a point
 r = distilled[0]
 assert r.teacher_flops == 2 * (64 * 128 + 128 * 10) and r.student_flops == 2 * (64 * 8 + 8 * 10)
+assert r.student_flops == mlp_step_flops(r.config.student, 1)["forward"]  # chapter 1's count
 print(f"inference FLOPs per row: teacher {r.teacher_flops}, student {r.student_flops} "
       f"({r.teacher_flops / r.student_flops:.0f}x fewer)")
 

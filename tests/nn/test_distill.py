@@ -91,6 +91,11 @@ def test_bad_config_is_refused(kwargs, error, words):
         DistillConfig(**kwargs)
 
 
+def test_bad_data_is_refused():
+    with pytest.raises(TypeError, match="data must be a Dataset"):
+        distill(DistillConfig(), (np.zeros((3, 64)), np.zeros(3, int)))
+
+
 def test_bad_logits_are_refused():
     with pytest.raises(ValueError, match="same 2-D shape"):
         distillation_loss(np.zeros((2, 3)), np.zeros((2, 4)), np.zeros(2, int), 1.0, 0.5)
