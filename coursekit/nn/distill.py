@@ -102,7 +102,7 @@ class DistillConfig:
     student: tuple = (64, 8, 10)
     T: float = 4.0
     alpha: float = 0.9
-    epochs: int = 30
+    epochs: int = 20
     batch_size: int = 32
     lr: float = 0.05
     seed: int = 0

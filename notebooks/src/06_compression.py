@@ -13,7 +13,8 @@
 # the next gradient, which is what makes aggressive compression train as well as none.
 # The library follows GRACE's split: a *compressor* (compress / decompress), a *memory*
 # (error feedback) and a *communicator* (allreduce for dense payloads, allgather for
-# sparse and quantized ones).
+# sparse and quantized ones). Sections 7 and 8 turn to inference: an INT8 model, a batch
+# split over the engines, a small student distilled from a large teacher.
 
 # %%
 import matplotlib.pyplot as plt
@@ -155,8 +156,9 @@ for label, r in runs.items():
     assert r.wire_bytes[-1] == steps * per_step, (label, r.wire_bytes[-1], steps * per_step)
 
 # %% [markdown]
-# The bytes above are exact: every step the ring allreduce sends $2\frac{p-1}{p}\,4n$
-# bytes per worker, top-k's allgather $(p-1)\,8k$ (the cell checks both). The claims,
+# The bytes above are exact: every step a worker sends $2\frac{p-1}{p}\,4n$ bytes in the
+# ring allreduce (on average: the chunks differ by an element), $(p-1)\,8k$ in top-k's
+# allgather (the cell checks both). The claims,
 # checked: with error feedback top-k is within 1 percentage point of uncompressed training
 # in the same number of epochs, while sending ~25 times fewer bytes; without error
 # feedback it is clearly worse. (The accuracies are printed rounded: another CPU changes
@@ -426,15 +428,17 @@ for p, r in inference.items():
 # the hard one. `coursekit.nn.distill` backpropagates $\partial L/\partial z_s$ through the
 # student (its test checks the gradient by finite differences). The teacher is 64 → 128 → 10;
 # the student 64 → 8 → 10, trained twice from the same initial weights on the same batches:
-# alone on the labels ($\alpha = 0$) and distilled ($T = 4$, $\alpha = 0.9$). Three seeds,
-# because a single run's difference is a handful of the 450 test images.
+# alone on the labels ($\alpha = 0$) and distilled ($T = 4$, $\alpha = 0.9$), 20 epochs of
+# SGD each (lr 0.05, batches of 32; the teacher too). Three seeds, because a single run's
+# difference is a handful of the 450 test images.
 
 # %%
 from coursekit.nn.distill import DistillConfig, distill
 from coursekit.nn.flops import mlp_step_flops
 
 distilled = [distill(DistillConfig(teacher=(64, 128, 10), student=(64, 8, 10), T=4.0,
-                                   alpha=0.9, seed=seed), digits) for seed in (0, 1, 2)]
+                                   alpha=0.9, epochs=20, seed=seed), digits)
+             for seed in (0, 1, 2)]
 accuracy = {name: np.array([getattr(r, f"{name}_accuracy") for r in distilled])
             for name in ("teacher", "alone", "distilled")}
 gain = accuracy["distilled"] - accuracy["alone"]
@@ -460,8 +464,9 @@ print(f"distilled - alone: " + ", ".join(f"{g * 100:+.1f}" for g in gain)
       + f" points; mean {gain.mean() * 100:+.1f}")
 
 # %% [markdown]
-# On the digits the gain is small: a point or less, a few of the 450 test images, and it
-# varies with the seed (printed above). The student
+# On the digits the gain is small: about a point on average, a few of the 450 test
+# images, and it varies with the seed (printed above; one seed can lose an image or two).
+# The student
 # does not reach the teacher; it gets closer than when it learns alone, at 16 times fewer
 # FLOPs per row. Its measured speed, predicting the 36,000 rows above (teacher and
 # student timed in turn, best of 10, so other load hits both). On this 2-core machine,
