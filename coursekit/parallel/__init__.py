@@ -9,6 +9,8 @@
 * :mod:`coursekit.parallel.tensor_parallel` - Megatron column/row-parallel layers, layer split.
 * :mod:`coursekit.parallel.zero` - ZeRO stages 0-3: optimizer state, gradients, parameters
   partitioned over the data-parallel ranks.
+* :mod:`coursekit.parallel.inference` - batch inference split over the ranks (scatter rows,
+  gather labels).
 
 Shared by them: :mod:`.spans` (the one :class:`~.spans.Span` type: what each rank did when),
 :mod:`.faults` (which faults a shared cluster allows), :mod:`.checkpoint` (the one checkpoint

@@ -41,7 +41,14 @@ sizes = [8, 64, 512, 4096, 32768, 262144, 2097152, 16777216]
 link = measure.link(engines, "pingpong", sizes, repeats=20)
 
 # %% tags=["nbval-ignore-output"]
-print(f"alpha ~ {link.alpha * 1e6:.1f} us, bandwidth 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s")
+def misfit(fitted):
+    """The median relative distance of the measured points from the fitted line."""
+    return float(np.median(np.abs(fitted(fitted.sizes) / fitted.times - 1)))
+
+
+print(f"alpha ~ {link.alpha * 1e6:.1f} us, bandwidth 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s "
+      f"(the line misses the median point by {misfit(link):.0%})")
+assert link.alpha > 0 and link.beta > 0 and misfit(link) < 0.5, (link, misfit(link))
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.loglog(link.sizes, link.times * 1e6, "o", label="measured")
 ax.loglog(link.sizes, link(link.sizes) * 1e6, "-", label=r"fit $\alpha + n\beta$")
@@ -84,7 +91,9 @@ exchange_link = measure.link(engines, "swap", sizes)
 
 # %% tags=["nbval-ignore-output"]
 print(f"exchange: alpha ~ {exchange_link.alpha * 1e6:.1f} us, "
-      f"bandwidth 1/beta ~ {exchange_link.bandwidth / 1e9:.2f} GB/s")
+      f"bandwidth 1/beta ~ {exchange_link.bandwidth / 1e9:.2f} GB/s "
+      f"(the line misses the median point by {misfit(exchange_link):.0%})")
+assert exchange_link.alpha > 0 and exchange_link.beta > 0 and misfit(exchange_link) < 0.5
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.loglog(link.sizes, link.times * 1e6, "o", label="ping-pong (send, recv: TCP)")
 ax.loglog(exchange_link.sizes, exchange_link.times * 1e6, "s",
@@ -131,6 +140,8 @@ show()
 traces = c.run(traced, "allreduce", "ring", 1 << 16)
 measured = costmodel.measured_traffic(traces)
 model = costmodel.traffic("allreduce", "ring", c.size, 4 << 16, itemsize=4)
+assert measured.messages.tolist() == [2 * (c.size - 1)] * c.size  # 2(p-1) messages per rank
+assert measured.nbytes.tolist() == model.nbytes.tolist()  # 2(p-1)/p of 256 KiB per rank
 measured.messages.tolist(), measured.nbytes.tolist(), model.nbytes.tolist()
 
 # %% [markdown]
@@ -211,6 +222,8 @@ for alg, t in timings.items():
         ratios["busy"].append(m / busy_s)
         print(f"{alg:>20}{n:>10,}{m * 1e3:>9.2f}ms{pair_s * 1e3:>10.2f}ms{m / pair_s:>6.1f}x"
               f"{busy_s * 1e3:>10.2f}ms{m / busy_s:>6.1f}x")
+assert gamma > 0 and misfit(busy_link) < 0.5, (gamma, busy_link)
+assert all((t.measured > 0).all() for t in timings.values())  # the ratios are asserted below
 
 # %% [markdown]
 # Measured allreduces take longer than the pair model predicts, by the factors printed
