@@ -82,6 +82,7 @@ def test_a_two_socket_numa_server_from_sysfs(server):
     assert node.caches[0] == Cache(1, "Data", 32 * KiB, instances=40, cpus_each=2)
     assert node.caches[3] == Cache(3, "Unified", 27.5 * MiB, instances=2, cpus_each=40)
     assert node.gpus == 4  # NVIDIA's four, not the management VGA
+    assert node.cpu_ids == tuple(range(80))
     assert node.problems() == []
 
 
@@ -156,6 +157,7 @@ def test_lscpu_of_the_server_new_format():
     assert abs(l1d.size - 32 * KiB) < 0.05 * 32 * KiB  # lscpu rounds the total: 1.3 MiB / 40
     assert (l3.size, l3.instances, l3.cpus_each) == (27.5 * MiB, 2, 40)
     assert node.gpus is None and node.memory == "NUMA" and node.problems() == []
+    assert node.cpu_ids == tuple(range(80))
 
 
 def test_lscpu_of_a_laptop_old_format():
@@ -187,6 +189,19 @@ def test_cpulists():
 def test_this_machine_agrees_with_os_cpu_count():
     node = read_node()
     assert node.logical_cpus == os.cpu_count()
-    assert node.problems() == []
+    assert node.problems() == [] and set(os.sched_getaffinity(0)) <= set(node.cpu_ids)
     assert node.source == "/sys" and node.sockets >= 1 and node.cores >= 1
     assert node.describe().startswith(f"{os.cpu_count()} logical CPUs = ")
+
+
+def test_placement_of_this_process():
+    import socket
+
+    from coursekit.cluster.node_anatomy import placement
+
+    here = placement()
+    assert here["host"] == socket.gethostname() and here["pid"] == os.getpid()
+    if hasattr(os, "sched_getaffinity"):
+        assert set(here["allowed"]) == os.sched_getaffinity(0)
+    if Path("/proc/self/stat").exists():
+        assert here["cpu"] in here["allowed"]

@@ -30,7 +30,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Cache", "NodeAnatomy", "parse_cpulist", "parse_lscpu", "read_node", "read_sysfs"]
+__all__ = ["Cache", "NodeAnatomy", "parse_cpulist", "parse_lscpu", "placement", "read_node",
+           "read_sysfs"]
 
 #: PCI vendor ids of GPU makers (NVIDIA, AMD); a display controller (PCI class 0x03) of
 #: another vendor is a server's management VGA or a virtual machine's screen, not a GPU.
@@ -68,7 +69,9 @@ class Cache:
 @dataclass(frozen=True)
 class NodeAnatomy:
     """What one node is made of (None: the source did not say). ``numa_nodes``: the CPUs
-    of each NUMA node that has CPUs (empty: not reported); ``source``: where it was read."""
+    of each NUMA node that has CPUs (empty: not reported); ``cpu_ids``: the logical CPUs'
+    numbers (empty: not reported; they need not be 0 .. n-1 when some are offline);
+    ``source``: where it was read."""
 
     logical_cpus: int
     sockets: int | None = None
@@ -78,6 +81,7 @@ class NodeAnatomy:
     caches: tuple[Cache, ...] = ()
     gpus: int | None = None
     source: str = ""
+    cpu_ids: tuple[int, ...] = ()
 
     @property
     def cores_per_socket(self) -> int | None:
@@ -100,6 +104,8 @@ class NodeAnatomy:
                 and self.cores * self.threads_per_core != self.logical_cpus:
             out.append(f"cores x threads per core = {self.cores} x {self.threads_per_core} "
                        f"!= {self.logical_cpus} logical CPUs")
+        if self.cpu_ids and len(set(self.cpu_ids)) != self.logical_cpus:
+            out.append(f"{len(set(self.cpu_ids))} CPU numbers for {self.logical_cpus} logical CPUs")
         if self.numa_nodes:
             listed = [cpu for node in self.numa_nodes for cpu in node]
             if len(listed) != self.logical_cpus or len(set(listed)) != len(listed):
@@ -241,7 +247,7 @@ def read_sysfs(root="/sys") -> NodeAnatomy:
         if members:  # a node of memory only (CXL, HBM) has no CPUs
             nodes.append(tuple(c for c in members if c in cpus))
     return NodeAnatomy(len(cpus), sockets, cores, threads, tuple(nodes),
-                       _sysfs_caches(cpu_dir, cpus), _sysfs_gpus(root), f"{root}")
+                       _sysfs_caches(cpu_dir, cpus), _sysfs_gpus(root), f"{root}", cpus)
 
 
 # ---- lscpu ------------------------------------------------------------------------------------
@@ -284,8 +290,9 @@ def parse_lscpu(text: str) -> NodeAnatomy:
                                 logical // instances if logical % instances == 0 else None))
         else:
             caches.append(Cache(int(m.group(1)), kind, _bytes(value)))
+    online = parse_cpulist(fields.get("On-line CPU(s) list", ""))
     return NodeAnatomy(logical, sockets, cores, threads, tuple(c for _, c in sorted(nodes)),
-                       tuple(caches), None, "lscpu")
+                       tuple(caches), None, "lscpu", online)
 
 
 def read_node() -> NodeAnatomy:
@@ -304,3 +311,18 @@ def read_node() -> NodeAnatomy:
         except (OSError, subprocess.SubprocessError, ValueError):
             pass
     return NodeAnatomy(os.cpu_count() or 1, source="os.cpu_count()")
+
+
+def placement() -> dict:
+    """Where this process runs: ``{"host", "pid", "allowed": the CPUs it may run on (None
+    where the OS does not say), "cpu": the CPU it ran on last (None off Linux)}``. Run it on
+    the engines (``cluster.run(placement)``) to see where they sit."""
+    import socket
+
+    allowed = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else None
+    try:  # field 39 of /proc/self/stat, "processor"; fields after the ")" start at field 3
+        with open("/proc/self/stat") as f:
+            cpu = int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, IndexError, ValueError):
+        cpu = None
+    return {"host": socket.gethostname(), "pid": os.getpid(), "allowed": allowed, "cpu": cpu}

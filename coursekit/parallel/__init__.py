@@ -10,6 +10,10 @@
 * :mod:`coursekit.parallel.zero` - ZeRO stages 0-3: optimizer state, gradients, parameters
   partitioned over the data-parallel ranks.
 
+The data path: :mod:`.prefetch` (a loader whose reader threads read ahead into a bounded
+queue while the step computes) and :mod:`.input_pipeline` (chapter 7: step time without and
+with prefetching, measured on the ranks against r + c and max(r / w, c)).
+
 Shared by them: :mod:`.spans` (the one :class:`~.spans.Span` type: what each rank did when),
 :mod:`.faults` (which faults a shared cluster allows), :mod:`.checkpoint` (the one checkpoint
 module: what data parallel and the parameter server save, in files that prove they are whole).

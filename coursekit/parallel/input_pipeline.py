@@ -19,8 +19,9 @@ overlap with the compute; it needs no core, so the timing holds on a busy machin
 
 A step's time runs from taking its batch to the end of its compute. The first step of
 the overlapped loop also waits for the queue's first batch, so the steady-state step
-(:attr:`PipelineResult.serial_step`, :attr:`PipelineResult.overlapped_step`) is the mean
-of the steps after the first. The models use the read and compute times each rank
+(:attr:`PipelineResult.serial_step`, :attr:`PipelineResult.overlapped_step`) is the median
+of the steps after the first (a step the scheduler delayed on a busy machine does not
+move it; with a steady queue the steps are alike, so it is also their mean). The models use the read and compute times each rank
 measured (medians), not the nominal ones.
 """
 
@@ -94,13 +95,13 @@ class PipelineResult:
 
     @property
     def serial_step(self) -> np.ndarray:
-        """Each rank's steady-state step without prefetching (mean of steps 2..n)."""
-        return self.serial_steps[:, 1:].mean(axis=1)
+        """Each rank's steady-state step without prefetching (median of steps 2..n)."""
+        return np.median(self.serial_steps[:, 1:], axis=1)
 
     @property
     def overlapped_step(self) -> np.ndarray:
-        """Each rank's steady-state step with prefetching (mean of steps 2..n)."""
-        return self.overlapped_steps[:, 1:].mean(axis=1)
+        """Each rank's steady-state step with prefetching (median of steps 2..n)."""
+        return np.median(self.overlapped_steps[:, 1:], axis=1)
 
     @property
     def serial_model(self) -> np.ndarray:

@@ -19,14 +19,17 @@ def plot_pipeline(result, ax=None):
     cfg = result.config
     steps = np.arange(1, cfg.steps + 1)
     rows = [("no prefetch", result.serial_steps, result.serial_model, "model r + c"),
-            (f"prefetch, {cfg.readers} reader{'s' if cfg.readers > 1 else ''}, depth {cfg.depth}",
-             result.overlapped_steps, result.overlapped_model, "model max(r / w, c)")]
+            ("prefetch", result.overlapped_steps, result.overlapped_model, "model max(r / w, c)")]
+    top = 0.0
     for i, (label, times, model, model_label) in enumerate(rows):
         ax.plot(steps, 1e3 * times.mean(axis=0), "o-", color=series_color(i), label=label)
         ax.axhline(1e3 * model.mean(), color=series_color(i), ls="--", lw=1, label=model_label)
-    ax.set(xlabel="step", ylabel="step time [ms]", ylim=(0, None),
-           title=f"read {1e3 * cfg.read_s:g} ms, compute {1e3 * cfg.compute_s:g} ms per batch "
-                 f"({result.ranks} rank{'s' if result.ranks > 1 else ''}, mean)")
+        top = max(top, 1e3 * times.mean(axis=0).max(), 1e3 * model.mean())
+    plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+    ax.set(xlabel="step", ylabel="step time [ms]", ylim=(0, 1.15 * top))
+    ax.set_title(f"{plural(cfg.readers, 'reader')}, depth {cfg.depth}\nread {1e3 * cfg.read_s:g} ms, "
+                 f"compute {1e3 * cfg.compute_s:g} ms, mean of {plural(result.ranks, 'rank')}",
+                 fontsize=10)
     integer_ticks(ax)
     legend_outside(ax)
     return ax.figure
