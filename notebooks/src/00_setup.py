@@ -57,8 +57,8 @@ print(f"PASS: {c.size} engines, {c.size} distinct processes")
 # ## The machine you are on
 #
 # A node of a training cluster is one computer: one or more CPU **sockets** (chips), each
-# with several **cores**, each core running one or two **hardware threads** (SMT, Intel's
-# Hyper-Threading). The operating system sees every hardware thread as a logical CPU:
+# with several **cores**, each core running one or more **hardware threads** (SMT, Intel's
+# Hyper-Threading: two per core). The operating system sees every hardware thread as a logical CPU:
 #
 # $$\text{logical CPUs} = \text{sockets} \times \text{cores per socket} \times \text{threads per core}$$
 #
@@ -115,7 +115,9 @@ print(f"{len(local)} of {c.size} engines on this host, which has {node.logical_c
 for p in local:  # an engine of this host may only run on this host's CPUs
     assert p["allowed"] is None or set(p["allowed"]) <= set(node.cpu_ids or range(node.logical_cpus)), p
     assert p["cpu"] is None or p["allowed"] is None or p["cpu"] in p["allowed"], p
-print("PASS: every engine on this host runs on CPUs this host has")
+    if p["allowed"] is not None and hasattr(os, "sched_getaffinity"):  # not pinned: the kernel's CPUs
+        assert set(p["allowed"]) == os.sched_getaffinity(0), (p, os.sched_getaffinity(0))
+print("PASS: every engine on this host may run on every CPU this kernel may (none is pinned)")
 
 # %% [markdown]
 # ## A first ping-pong

@@ -638,7 +638,7 @@ for w, r in pipelines.items():
           f"{1e3 * r.read_s.mean():7.1f} {1e3 * r.compute_s.mean():8.1f} "
           f"{1e3 * r.serial_step.mean():12.1f} {1e3 * r.serial_model.mean():7.1f} "
           f"{1e3 * r.overlapped_step.mean():9.1f} {1e3 * r.overlapped_model.mean():12.1f}")
-for w, r in pipelines.items():  # per engine, bounds no scheduling noise can break
+for w, r in pipelines.items():  # per engine: a hard lower bound, then generous ones on medians of 9 steps
     cfg = r.config
     assert (r.serial_step >= cfg.read_s + cfg.compute_s).all()  # sleep and compute never end early
     assert (0.8 * r.serial_model < r.serial_step).all() and (r.serial_step < 1.5 * r.serial_model).all()
