@@ -12,6 +12,10 @@
 * :mod:`coursekit.parallel.inference` - batch inference split over the ranks (scatter rows,
   gather labels).
 
+The data path: :mod:`.prefetch` (a loader whose reader threads read ahead into a bounded
+queue while the step computes) and :mod:`.input_pipeline` (chapter 7: step time without and
+with prefetching, measured on the ranks against r + c and max(r / w, c)).
+
 Shared by them: :mod:`.spans` (the one :class:`~.spans.Span` type: what each rank did when),
 :mod:`.faults` (which faults a shared cluster allows), :mod:`.checkpoint` (the one checkpoint
 module: what data parallel and the parameter server save, in files that prove they are whole).
