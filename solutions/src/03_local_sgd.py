@@ -86,4 +86,5 @@ def my_run(comm):
 
 mine = run_local(my_run, 4)[0]
 library = data_parallel.train(LocalRunner(4), cfg, (X, y))
-np.allclose(mine, library.params, rtol=1e-10, atol=1e-12)
+assert np.allclose(mine, library.params, rtol=1e-10, atol=1e-12), np.abs(mine - library.params).max()
+print("PASS: the same parameters, to float64 rounding")
