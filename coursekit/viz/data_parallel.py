@@ -57,7 +57,7 @@ def plot_run(result, fig=None):
     _draw_loss(ax_loss, np.arange(result.first_step, result.first_step + result.loss.size) + 1,
                result.loss)
     ax_loss.set_yscale("log")
-    readable_log_ticks(ax_loss, "y")
+    readable_log_ticks(ax_loss, "y", decimals=True)
     cfg = result.config
     ax_loss.set_title(f"{cfg.exchange} on {result.n_workers} workers, B={cfg.batch_size}",
                       fontsize="medium")

@@ -7,6 +7,8 @@ and a pipeline schedule in chapter 5 speak the same language. Time axes say thei
 
 from __future__ import annotations
 
+import numpy as np
+
 COLORS = {
     "compute": "#4C72B0",    # generic computation
     "forward": "#4C72B0",    # forward pass (a kind of compute)
@@ -79,14 +81,19 @@ def integer_ticks(ax, which: str = "x") -> None:
         getattr(ax, f"{name}axis").set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 
-def readable_log_ticks(ax, which: str = "x") -> None:
+def readable_log_ticks(ax, which: str = "x", decimals: bool = False) -> None:
     """Log-axis labels that never collide: short labels ("200k", "5M") at 1, 2 and 5 times
     each power of ten when the axis spans at most two decades, at powers of ten beyond;
     minor ticks unlabelled (matplotlib labels them in ``a x 10^b`` form when the axis spans
-    less than a decade, and they overlap). Call it after plotting: it reads the limits."""
+    less than a decade, and they overlap). ``decimals``: plain decimals ("0.5", "0.02", "2")
+    instead of SI prefixes, for a dimensionless axis such as a loss, where "500m" reads as
+    a unit. Call it after plotting: it reads the limits."""
     import math
 
-    from matplotlib.ticker import EngFormatter, LogLocator, MaxNLocator, NullFormatter
+    from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    formatter = FuncFormatter(lambda v, _: np.format_float_positional(v, precision=6, trim="-")) \
+        if decimals else EngFormatter(sep="")
 
     for name in which:
         axis = getattr(ax, f"{name}axis")
@@ -100,5 +107,5 @@ def readable_log_ticks(ax, which: str = "x") -> None:
                   for m in subs if low <= m * 10**k <= high]
         # a narrow axis (less than 1-2-5 apart) gets a few evenly spaced ticks instead
         axis.set_major_locator(LogLocator(base=10, subs=subs) if len(inside) >= 2 else MaxNLocator(nbins=3))
-        axis.set_major_formatter(EngFormatter(sep=""))
+        axis.set_major_formatter(formatter)
         axis.set_minor_formatter(NullFormatter())

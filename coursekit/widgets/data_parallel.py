@@ -29,6 +29,7 @@ from coursekit.widgets.panel import LiveRepr, Panel, device_summary, png, run_ta
 
 __all__ = ["DataParallelPanel", "LiveView"]
 
+AVERAGE_EVERY_MAX = 16  # the largest k the "average every" slider offers (local SGD)
 # The bucket dropdown: its label -> DPConfig.bucket_bytes (None: the gradient in one piece)
 BUCKETS = {"one piece": None, **{byte_label(b): b for b in (8 << 10, 64 << 10, 256 << 10, 1 << 20)}}
 
@@ -55,7 +56,8 @@ class LiveView(LiveRepr, widgets.VBox):
 
 
 class DataParallelPanel(Panel):
-    """Controls for one run: workers, exchange, algorithm, LR rule, per-worker batch,
+    """Controls for one run: workers, exchange, averaging interval k (``average_every``,
+    enabled for exchange "average": local SGD), algorithm, LR rule, per-worker batch,
     straggler factor, bucket size; Run / Stop, a live progress bar, loss + timeline.
 
     Trains on ``data`` (evaluated on ``eval_data``) with :func:`train`; ``max_workers``
@@ -79,6 +81,11 @@ class DataParallelPanel(Panel):
                                          description="workers", style=style)
         self.exchange = widgets.Dropdown(options=EXCHANGES, value="allreduce",
                                          description="exchange", style=style)
+        self.every = widgets.IntSlider(self.base.average_every, min=1,
+                                       max=max(AVERAGE_EVERY_MAX, self.base.average_every),
+                                       description="average every", style=style,
+                                       disabled=self.exchange.value != "average")
+        self.exchange.observe(self._exchange_changed, names="value")
         self.algorithm = widgets.Dropdown(options=ALGORITHMS["allreduce"], value="ring",
                                           description="algorithm", style=style)
         self.lr_rule = widgets.Dropdown(options=RULES, value="linear", description="LR rule",
@@ -89,13 +96,19 @@ class DataParallelPanel(Panel):
                                         description="straggler x", style=style)
         self.bucket = widgets.Dropdown(options=list(BUCKETS), value="one piece",
                                        description="bucket", style=style)
-        super().__init__([self.workers, self.exchange, self.algorithm, self.lr_rule,
+        super().__init__([self.workers, self.exchange, self.every, self.algorithm, self.lr_rule,
                           self.batch, self.slow, self.bucket], columns=2, **panel_options)
+
+    def _exchange_changed(self, change) -> None:
+        """k applies to local SGD only: the slider is enabled for exchange "average"."""
+        self.every.disabled = change["new"] != "average"
 
     def config(self) -> DPConfig:
         """The settings the controls describe (ValueError for an impossible combination)."""
         n = self.workers.value
+        average = self.exchange.value == "average"
         return replace(self.base, exchange=self.exchange.value, algorithm=self.algorithm.value,
+                       average_every=self.every.value if average else 1,
                        lr_rule=self.lr_rule.value, batch_size=self.batch.value * n,
                        straggler_rank=0 if self.slow.value > 1 else None,
                        slow_factor=self.slow.value,

@@ -51,16 +51,22 @@ digits = load_digits(dtype=np.float64)
 workdir = scratch_dir("coursekit-ch03-")  # removed when this kernel ends
 packed = pack(digits.X_train, digits.y_train, workdir / "digits.pack")
 per_sample = write_samples(digits.X_train, digits.y_train, workdir / "samples")
-len(packed), len(list((workdir / "samples").glob("*.npy")))
+n_files = len(list((workdir / "samples").glob("sample_*.npy")))  # and one labels.npy
+assert len(packed) == n_files == len(per_sample) == len(digits.X_train), (len(packed), n_files)
+len(packed), n_files
 
 # %% tags=["nbval-ignore-output"]
 rows = np.random.default_rng(0).permutation(len(packed))[:256]
+read_ms = {}
 for name, source in [("one packed file (memory-mapped)", packed),
                      ("one file per sample", per_sample)]:
     t0 = time.perf_counter()
     for _ in range(5):
         source.rows(rows)
-    print(f"{name:32s}: {(time.perf_counter() - t0) / 5 * 1e3:7.2f} ms per batch of 256")
+    read_ms[name] = (time.perf_counter() - t0) / 5 * 1e3
+    print(f"{name:32s}: {read_ms[name]:7.2f} ms per batch of 256")
+packed_ms, files_ms = read_ms.values()
+assert packed_ms < files_ms, read_ms  # 1 read of 256 rows against 256 opens: ~100x apart here
 
 # %% [markdown]
 # ## 2. Synchronous allreduce SGD is serial SGD on the big batch
@@ -78,6 +84,8 @@ dp = data_parallel.train(engines, cfg, packed, (digits.X_test, digits.y_test))
 serial = MLP(cfg.sizes, dtype=np.float64, seed=0)
 history = train(serial, digits.X_train, digits.y_train, epochs=2, batch_size=64, lr=0.1,
                 momentum=0.9, seed=0)
+assert np.allclose(dp.params, serial.params, rtol=1e-10, atol=1e-12)
+assert dp.test_accuracy[-1] == serial.accuracy(digits.X_test, digits.y_test)  # same model, same rows
 np.allclose(dp.params, serial.params, rtol=1e-10, atol=1e-12), dp.test_accuracy.round(3)
 
 # %% [markdown]
@@ -95,6 +103,10 @@ run_live = replace(cfg, dtype="float32", epochs=8, eval_every=20, publish_interv
 result = data_parallel.train(engines, run_live, packed, (digits.X_test, digits.y_test),
                              on_update=live_view.update, progress=True)
 print(f"final test accuracy {result.test_accuracy[-1]:.3f}")
+check_model = MLP(run_live.sizes, dtype=np.float32, seed=0)
+check_model.params[...] = result.params  # rank 0's accuracy, recomputed here from the parameters
+assert np.isclose(result.test_accuracy[-1], check_model.accuracy(digits.X_test, digits.y_test))
+assert result.test_accuracy[-1] > 0.85, result.test_accuracy  # 8 epochs: about 0.95 in our runs
 
 # %% [markdown]
 # ## 4. Parameter server vs allreduce
@@ -130,6 +142,11 @@ gamma = measure.gamma(engines)
 print(f"busy link (ring step, all {engines.size} engines): alpha ~ {busy_link.alpha * 1e6:.0f} us, "
       f"1/beta ~ {busy_link.bandwidth / 1e9:.2f} GB/s; ping-pong pair: alpha ~ "
       f"{link.alpha * 1e6:.0f} us, 1/beta ~ {link.bandwidth / 1e9:.2f} GB/s; gamma ~ {gamma * 1e12:.0f} ps/B")
+# plausible for processes on one host: a message costs 0.5 us (MPI) to 50 ms (a loaded
+# machine); bytes move at 10 MB/s to 1 TB/s; adding a byte costs more than nothing and under 100 ns
+for fit in (link, busy_link):
+    assert 5e-7 < fit.alpha < 5e-2 and 1e7 < fit.bandwidth < 1e12, fit
+assert 0 < gamma < 1e-7, gamma
 
 # %%
 big = DPConfig(sizes=(64, 256, 256, 10), batch_size=32, epochs=1, max_steps=30, lr=0.05,
@@ -162,6 +179,8 @@ show()
 # the ring wins.
 
 # %%
+for mode in sweep.busiest_bytes:
+    assert np.allclose(sweep.busiest_bytes[mode], sweep.predicted_busiest_bytes[mode], rtol=1e-3), mode
 {mode: bool(np.allclose(sweep.busiest_bytes[mode], sweep.predicted_busiest_bytes[mode],
                         rtol=1e-3)) for mode in sweep.busiest_bytes}
 
@@ -183,8 +202,6 @@ assert ps_ratio < 1, ps_ratio
 print("PASS: the ring's measured exchange is at least its 2(N-1) rounds of an idle pair's "
       "alpha; the busy-link model predicts it within 3x either way and over-predicts the "
       "parameter server's")
-
-# %% tags=["nbval-ignore-output"]
 print(f"N={N4}: ring {sweep.comm_per_step['allreduce'][-1] * 1e3:.2f} ms exposed comm, predicted "
       f"{sweep.predicted_comm['allreduce'][-1] * 1e3:.2f} ms ({ring_ratio:.2f}x; model latency "
       f"{latency * 1e3:.2f} ms, bandwidth {bandwidth * 1e3:.2f} ms); PS "
@@ -215,8 +232,6 @@ show()
 print("test accuracy (rows: rule, columns: workers", grid.workers.tolist(), ")")
 for rule, acc in zip(grid.rules, grid.accuracy):
     print(f"{rule:14s}", " ".join(f"{a:.3f}" for a in acc))
-
-# %%
 acc = dict(zip(grid.rules, grid.accuracy))
 assert np.all(np.diff(acc["constant"]) < 0.01) and acc["constant"][-1] < acc["constant"][0] - 0.2
 assert np.all(np.abs(acc["linear"] - acc["linear"][0]) < 0.03), acc["linear"]
@@ -412,10 +427,52 @@ print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficienc
 # 6$ rounds of the busy $\alpha$ at $N = 4$, several milliseconds, more than twice the
 # compute (checked), which hides nothing. So low an efficiency means that four engines
 # process fewer examples per second than one engine alone ($N \cdot T_1/T_N < 1$, checked):
-# with this model size, data parallelism on this machine only loses. What the model leaves
-# out is "other", ranks waiting for each other to be scheduled, which is why the measured
-# step can still come out longer than the predicted one. This is the regime the lectures
-# warn about (tiny compute, many messages), not the bandwidth-bound one of large models.
+# with this model size, data parallelism on this machine only loses. This is the regime
+# the lectures warn about (tiny compute, many messages), not the bandwidth-bound one of
+# large models.
+#
+# **Why the measurement is so far from a textbook cluster: two causes, measured.** The
+# cell below splits the measured communication at $N = 4$ into three parts:
+#
+# 1. **the transport's per-message cost**: $2(N-1)$ rounds of an *idle* pair's $\alpha$
+#    (ping-pong, section 4): what ZeroMQ and Python charge per message even with a core
+#    per rank. Every ring step pays it, whatever the machine (checked: the measured
+#    communication is at least this);
+# 2. **the 2-core machine**: 4 engines share this machine's cores, so in a ring step a rank
+#    often waits for its neighbour to be *scheduled*. That is the busy link's $\alpha$
+#    minus the idle pair's, times $2(N-1)$ (checked positive where engines outnumber cores);
+# 3. **the rest**: what neither model charges (bandwidth, reduction, and waits longer
+#    than the fitted busy $\alpha$).
+#
+# The first part is why a model built from an idle pair's link under-predicts the
+# communication several times (the ratio is printed); with the second added (the busy
+# link) the model comes within 3x (checked above). The same two causes make the
+# parameter server faster than the ring here (section 4): the ring's $2(N-1)$ rounds
+# wait on each other, each paying both costs, while the server's $N-1$ receives overlap.
+# On a cluster with a core per rank the second part vanishes, and on MPI engines the
+# first shrinks by an order of magnitude.
+
+# %% tags=["nbval-ignore-output"]
+import os
+
+from coursekit.parallel.data_parallel.strategies import predict_bytes_sent, predict_comm
+
+N = int(sc.workers[-1])
+cores = os.cpu_count()
+transport = 2 * (N - 1) * link.alpha
+sharing = 2 * (N - 1) * (busy_link.alpha - link.alpha)
+rest = sc.comm[-1] - transport - sharing
+idle_model = predict_comm("allreduce", big.algorithm, N, nbytes, link.alpha, link.beta, gamma)
+print(f"{N} engines on {cores} cores. Measured communication at N={N}: {sc.comm[-1] * 1e3:.2f} ms "
+      f"= transport {transport * 1e3:.2f} (2(N-1) idle alpha) + core sharing {sharing * 1e3:.2f} "
+      f"(2(N-1) (busy - idle) alpha) + rest {rest * 1e3:.2f} ms")
+print(f"the idle-pair model predicts {idle_model * 1e3:.2f} ms: measured/idle model = "
+      f"{sc.comm[-1] / idle_model:.1f}x; measured/busy-link model = {comm_ratio:.2f}x")
+assert np.isclose(transport + sharing + rest, sc.comm[-1])
+assert sc.comm[-1] >= transport, (sc.comm, link.alpha)
+if cores < N:  # ranks share cores: a busy ring step waits longer per message than an idle pair
+    assert sharing > 0, (busy_link.alpha, link.alpha)
+assert sc.comm[-1] > idle_model, (sc.comm, idle_model)
 
 # %% [markdown]
 # ### On a GPU cluster: compute + stage + communicate
@@ -440,10 +497,133 @@ assert abs(parts.compute + parts.stage + parts.communication + parts.other - par
 assert (parts.stage > 0) == all(d.startswith("cuda") for d in auto.devices)
 
 # %% [markdown]
-# ## 9. Try it
+# ## 9. Parameter averaging and local SGD
 #
-# Workers, exchange, allreduce algorithm, learning-rate rule, batch per worker, a
-# straggler and the bucket size. Press Run: the engines train while the progress bar moves
+# A third way to combine the workers (the lectures' *parameter averaging*, or the
+# *periodic combination of models*): every worker steps on **its own** gradient, and every
+# $k$ steps the workers replace their parameters by their weighted average, one allreduce
+# of the parameters:
+#
+# $$w \leftarrow \sum_k \frac{n_k}{B}\, w_k \qquad \text{every } k \text{ steps.}$$
+#
+# With $k = 1$ (and plain SGD) this is the allreduce update of section 2, written another
+# way: $\sum_k \frac{n_k}{B}(w - \eta g_k) = w - \eta \sum_k \frac{n_k}{B} g_k$. With $k > 1$
+# (**local SGD**) the workers exchange $k$ times fewer bytes: one allreduce of the $n$-byte
+# parameters every $k$ steps, so $\frac{1}{k}$ of the allreduce's $2\frac{N-1}{N}n$ bytes
+# sent per rank per step. The price is **drift**: between two averages each worker follows
+# its own rows, so the models move apart, and the average of models that drifted is not
+# the model that one large batch would have trained. The larger $k$ and the learning rate,
+# the larger the drift.
+#
+# We train the same run (4 engines, float64, 96 steps of 64 examples, no momentum) with
+# gradient allreduce and with averaging every $k = 1, 2, 4, 8, 16$ steps
+# (`experiments.averaging_sweep`; the library's `exchange="average"`, `average_every=k`).
+
+# %%
+avg_cfg = DPConfig(sizes=(64, 32, 10), dtype="float64", batch_size=64, epochs=5, max_steps=96,
+                   lr=0.3, seed=0)
+avg = ex.averaging_sweep(engines, avg_cfg, packed, [1, 2, 4, 8, 16],
+                         eval_data=(digits.X_test, digits.y_test))
+assert np.allclose(avg.runs[0].params, avg.allreduce.params, rtol=1e-10, atol=1e-12)
+print("PASS: averaging every step (k = 1) gives the parameters of gradient allreduce, to "
+      "float64 rounding")
+volume = predict_bytes_sent("allreduce", avg_cfg.algorithm, avg.workers,
+                            n_params(avg_cfg.sizes) * 8, 8)  # the allreduce's bytes per rank
+assert np.array_equal(avg.allreduce.bytes_sent(), volume)
+for k, sent in zip(avg.every, avg.bytes_sent):
+    assert np.array_equal(sent, volume / k), (k, sent, volume)  # counted from the traces
+    print(f"k = {k:2d}: {sent.max() / 1e3:6.2f} KB sent per rank per step "
+          f"(allreduce {volume.max() / 1e3:.2f} KB / {k})")
+
+# %% [markdown]
+# The bytes are counted from the engines' traces of the last 16 steps and equal the
+# formula exactly. The accuracy after the same 96 steps:
+
+# %% tags=["nbval-ignore-output"]
+print(f"gradient allreduce: test accuracy {avg.allreduce.test_accuracy[-1]:.3f}")
+for k, acc, run in zip(avg.every, avg.accuracy, avg.runs):
+    print(f"average every {k:2d}: test accuracy {acc:.3f}, exposed comm "
+          f"{run.comm_per_step * 1e3:.2f} ms per step (median)")
+
+# %%
+gap = np.abs(avg.accuracy - avg.allreduce.test_accuracy[-1])
+assert np.all(gap <= 0.03), (avg.accuracy, avg.allreduce.test_accuracy)
+assert avg.runs[-1].comm_per_step < avg.allreduce.comm_per_step
+print(f"PASS: every k up to {avg.every[-1]} ends within 0.03 of gradient allreduce's test "
+      f"accuracy; at k = {avg.every[-1]} the median step exposes less communication")
+
+# %% [markdown]
+# On this small problem the drift costs little: every $k$ up to 16 ends within 0.03 of
+# allreduce's test accuracy (checked). Which $k$ comes out best is noise: it changes with the
+# seed (with seeds 0, 1 and 2 the best was $k = 4$, $k = 2$, and $k = 1$ tied with 2, in our
+# runs), so we do not rank them. The communication is not noise: 16 times fewer bytes at
+# $k = 16$, and most steps exchange nothing (the median step's exposed communication is
+# below allreduce's, checked; the printed times are this machine's). Larger models, larger
+# learning rates and more heterogeneous data per worker make the drift matter; local SGD
+# is then run with a small $k$ (the panel below lets you try $k$).
+#
+# ## 10. Checkpoint and restart
+#
+# A synchronous run stops when one worker dies (section 6's straggler, taken to the
+# limit). Long runs therefore save a **checkpoint** every few steps and, after a failure,
+# restart from the newest one instead of from scratch. To continue *exactly* where it
+# stopped, a rank's checkpoint must hold everything its next step reads:
+#
+# - the parameters (the flat buffer) and the **optimizer state** (momentum's velocity,
+#   as large again);
+# - the step counter (it fixes the learning rate of every later step) and the **data
+#   order** (the shuffling generator's state and the epoch's permutation, 8 bytes a row).
+#
+# Here each of the 4 engines writes its own file every 12 steps (`checkpoint_every`,
+# `checkpoint_dir` of `DPConfig`; `coursekit.parallel.checkpoint` writes it checksummed and
+# atomically). We run 30 steps and stop, as if a worker had died at step 30 (section 5 of
+# chapter 4 and the tests kill real workers; here the engines live on for the rest of the
+# chapter), then `train(..., resume=True)` starts from the newest complete checkpoint,
+# step 24, and runs to step 48. The uninterrupted 48-step run is the reference.
+
+# %%
+from coursekit.parallel.checkpoint import RankState
+
+ckpt_dir = workdir / "checkpoints"
+ckpt_cfg = replace(big, momentum=0.9, max_steps=48, timeline_steps=0)
+whole = data_parallel.train(engines, ckpt_cfg, packed)
+saving = replace(ckpt_cfg, checkpoint_dir=str(ckpt_dir), checkpoint_every=12)
+stopped = data_parallel.train(engines, replace(saving, max_steps=30), packed)  # "fails" after step 30
+files = {f.name: f.stat().st_size for f in sorted(ckpt_dir.glob("ckpt-*-rank*.npz"))}  # before
+# the resumed run writes steps 36 and 48 and deletes these (a rank keeps its newest 2)
+state = RankState.load(ckpt_dir, 0, engines.size, None)  # rank 0's newest complete one
+resumed = data_parallel.train(engines, saving, packed, resume=True)
+assert state.step == resumed.first_step == 24, (state.step, resumed.first_step)  # 25-30 rerun
+assert np.array_equal(resumed.params, whole.params)
+print(f"PASS: resumed at step {resumed.first_step}, the run ends with the uninterrupted "
+      f"run's parameters, bit for bit")
+
+held = state.params.nbytes + state.velocity.nbytes + state.permutation.nbytes
+assert list(files) == [f"ckpt-{s:08d}-rank{r}.npz" for s in (12, 24)
+                       for r in range(engines.size)], files
+assert state.params.nbytes == n_params(big.sizes) * 4  # float32
+assert state.velocity.nbytes == state.params.nbytes  # momentum: one velocity per parameter
+assert state.permutation.nbytes == 8 * len(packed)  # the epoch's order of the rows
+assert all(held <= size <= held + 8192 for size in files.values()), files
+print(f"one rank's checkpoint: parameters {state.params.nbytes / 1e3:.0f} KB + velocity "
+      f"{state.velocity.nbytes / 1e3:.0f} KB + data order {state.permutation.nbytes / 1e3:.1f} KB "
+      f"+ under 8 KB of metadata; {engines.size} ranks write about "
+      f"{engines.size * held / 1e6:.1f} MB per checkpoint")
+
+# %% [markdown]
+# A checkpoint costs its bytes at every save (here 4 files of about 0.7 MB every 12 steps)
+# and the steps since the last save after a failure (here steps 25 to 30 ran twice): the
+# interval trades one against the other. Every data-parallel rank holds the same parameters,
+# so one copy would be enough; each rank writes its own here so that the files also
+# carry each rank's data order and the checkpoint is complete only when every rank's file is
+# (the library picks the newest step whose files are all intact, and skips damaged ones
+# with a warning).
+
+# %% [markdown]
+# ## 11. Try it
+#
+# Workers, exchange, the averaging interval $k$ (for exchange "average"), allreduce
+# algorithm, learning-rate rule, batch per worker, a straggler and the bucket size. Press Run: the engines train while the progress bar moves
 # and the loss and the latest step's timeline redraw. **Stop** interrupts the engines;
 # if the cluster dies, **Restart cluster** starts a new one.
 
@@ -456,6 +636,9 @@ panel
 
 # %% tags=["nbval-ignore-output"]
 panel.run()  # the same as pressing Run, but this cell waits for the result
+parts = panel.result.step_breakdown()  # what the status line prints, asserted to add up
+assert panel.status.value.startswith(str(parts)), panel.status.value
+assert np.isclose(parts.compute + parts.stage + parts.communication + parts.other, parts.step)
 panel.status.value
 
 # %% [markdown]

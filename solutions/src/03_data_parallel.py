@@ -68,4 +68,5 @@ def train_ranks(comm, epochs=3, batch=64):
 parallel = run_local(train_ranks, 4)[0]
 serial = MLP([64, 32, 10], dtype=np.float64, seed=0)
 train(serial, X, y, epochs=3, batch_size=64, lr=0.1, seed=0)
-np.allclose(parallel, serial.params, rtol=1e-10, atol=1e-12)
+assert np.allclose(parallel, serial.params, rtol=1e-10, atol=1e-12), np.abs(parallel - serial.params).max()
+print("PASS: the same parameters, to float64 rounding")

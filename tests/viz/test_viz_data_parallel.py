@@ -40,3 +40,23 @@ def test_the_latest_step_shows_every_rank_with_waiting_under_the_rest():
     assert len(ax_tl.collections) == 5  # one bar per span, idle drawn first
     assert np.allclose(ax_tl.collections[0].get_facecolor()[0], to_rgba(color("idle")))
     assert [t.get_text() for t in ax_tl.get_yticklabels()] == ["rank 0", "rank 1"]
+
+
+def test_the_runs_loss_axis_prints_plain_decimals():
+    """The loss is dimensionless: its log axis reads 0.5, not the SI prefix "500m"."""
+    from coursekit.cluster.runner import LocalRunner
+    from coursekit.data import load_digits
+    from coursekit.parallel.data_parallel import DPConfig, train
+    from coursekit.viz.data_parallel import plot_run
+
+    d = load_digits()
+    r = train(LocalRunner(2), DPConfig(sizes=(64, 16, 10), epochs=5, lr=0.5),
+              (d.X_train[:640], d.y_train[:640]))
+    assert r.loss.min() < 1 < r.loss.max(), r.loss  # the axis spans ticks below 1
+    fig = plot_run(r)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    ticks = [t for t in ax.yaxis.get_major_ticks() if ax.get_ylim()[0] <= t.get_loc() <= ax.get_ylim()[1]]
+    labels = [t.label1.get_text() for t in ticks]
+    assert labels and all(float(s) == float(t.get_loc()) for s, t in zip(labels, ticks)), labels
+    assert any(float(s) < 1 for s in labels), labels

@@ -100,3 +100,28 @@ def test_the_panels_device_reaches_the_config_and_bad_ones_are_refused(data):
     assert panel.config().device == "auto" and BASE.device == "cpu"
     with pytest.raises(ValueError, match="allowed: cpu, cuda, auto"):
         w.DataParallelPanel(base=BASE, data=data[0], device="gpu", runner=THREADS)
+
+
+def test_the_panel_exposes_the_averaging_interval_for_local_sgd(data):
+    """k (average_every) is enabled for exchange 'average' only and reaches the run: a rank
+    sends the allreduce's bytes once every k steps (predict_bytes_sent, exact)."""
+    from coursekit.nn.layout import n_params
+    from coursekit.parallel.data_parallel.strategies import predict_bytes_sent
+
+    panel = w.DataParallelPanel(base=replace(BASE, timeline_steps=4), data=data[0],
+                                eval_data=data[1], runner=THREADS)
+    assert panel.every.disabled and panel.config().average_every == 1
+    panel.every.value = 4
+    assert panel.config().average_every == 1  # allreduce: k does not apply
+    panel.exchange.value = "average"
+    assert not panel.every.disabled
+    panel.workers.value = 2
+    panel.batch.value = 8
+    panel.run()
+    r = panel.result
+    assert r is not None, panel.status.value
+    assert (r.config.exchange, r.config.average_every, r.n_workers) == ("average", 4, 2)
+    want = predict_bytes_sent("average", "ring", 2, n_params(BASE.sizes) * 4, 4, average_every=4)
+    np.testing.assert_array_equal(r.bytes_sent(), want * np.ones(2))  # 12 steps: 3 periods of 4
+    panel.exchange.value = "ps"
+    assert panel.every.disabled and panel.config().average_every == 1

@@ -9,6 +9,9 @@ that runner, so the notebook, the widget panel, the benchmark and the tests shar
 * :func:`lr_rule_grid` - the batch grows with the workers (n per worker fixed): final test
   accuracy for every learning-rate rule.
 * :func:`straggler_sweep` - one worker slower by a factor: everybody's step time.
+* :func:`averaging_sweep` - local SGD: parameters averaged every k steps against gradient
+  allreduce; final accuracy, parameters and bytes each rank sends per step, measured and
+  predicted (the allreduce's bytes / k).
 * :func:`weak_scaling` - weak scaling (n per worker fixed) on 1, 2, 4 workers: step time split
   into compute, staging (host <-> GPU copies, 0 on the CPU) and communication, efficiency
   T_1 / T_N, against the cost model's T_N ~ t_compute + t_stage + t_comm(N).
@@ -16,16 +19,20 @@ that runner, so the notebook, the widget panel, the benchmark and the tests shar
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from coursekit import checks
+from coursekit.datafile import as_source
 from coursekit.nn.layout import n_params
 
-from .strategies import predict_bytes_through, predict_comm
+from .strategies import predict_bytes_sent, predict_bytes_through, predict_comm
 
-__all__ = ["ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep", "lr_rule_grid",
-           "weak_scaling", "straggler_sweep", "sweep_exchange"]
+__all__ = ["AveragingSweep", "ExchangeSweep", "LRGrid", "Scaling", "StragglerSweep",
+           "averaging_sweep", "lr_rule_grid", "weak_scaling", "straggler_sweep",
+           "sweep_exchange"]
 
 
 def _trainer(runner, data, eval_data):
@@ -165,3 +172,63 @@ def weak_scaling(runner, config, data, workers, alpha: float, beta: float, gamma
                                   gamma, config.average_every, config.bucket_bytes)))
     step, compute, stage, comm, pred = np.array(rows).T
     return Scaling(workers, step, compute, stage, comm, pred)
+
+
+@dataclass(frozen=True)
+class AveragingSweep:
+    """Local SGD against gradient allreduce, one entry per averaging interval ``every`` (k).
+
+    ``allreduce``: the gradient-allreduce run (the reference); ``runs``: the
+    ``exchange="average"`` run for each k. ``bytes_sent`` (k, N): bytes each rank sent per
+    step, from the traces of the last lcm(k) steps; ``predicted_bytes_sent`` the same from
+    :func:`~.strategies.predict_bytes_sent` (the allreduce's bytes / k).
+    """
+
+    workers: int
+    every: np.ndarray
+    allreduce: object
+    runs: tuple
+    bytes_sent: np.ndarray
+    predicted_bytes_sent: np.ndarray
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        """Final test accuracy of each k's run (NaN without eval_data)."""
+        return np.array([r.test_accuracy[-1] if len(r.test_accuracy) else np.nan
+                         for r in self.runs])
+
+    @property
+    def final_loss(self) -> np.ndarray:
+        """Mean global batch loss of each k's last 5 steps."""
+        return np.array([np.mean(r.loss[-5:]) for r in self.runs])
+
+
+def averaging_sweep(runner, config, data, every, *, workers: int | None = None,
+                    eval_data=None) -> AveragingSweep:
+    """Train ``config`` with gradient allreduce, then with ``exchange="average"`` and
+    ``average_every=k`` for each k in ``every``, on ``workers`` ranks (default: all).
+
+    Local SGD: each worker steps on its own gradient and every k steps the parameters are
+    averaged with one allreduce, so a rank sends the allreduce's bytes once per k steps:
+    bytes per step = allreduce bytes / k. The traces cover the last lcm(every) steps, so the
+    run's step count must be a multiple of it (ValueError otherwise).
+    """
+    every = np.asarray([checks.integer(k, "every", at_least=1) for k in every], int)
+    if every.size == 0:
+        raise ValueError("every: give at least one averaging interval k >= 1")
+    n = config.check_workers(runner.size if workers is None else workers)
+    window = math.lcm(*every.tolist())
+    total = config.total_steps(len(as_source(data)))
+    if total % window:
+        raise ValueError(f"the run has {total} steps, not a multiple of lcm(every) = {window}: "
+                         f"set max_steps to a multiple of {window}, so that the traced steps "
+                         "hold whole averaging periods of every k")
+    base = replace(config, timeline_steps=window, bucket_bytes=None)
+    run = _trainer(runner, data, eval_data)
+    reference = run(replace(base, exchange="allreduce", average_every=1), n)
+    runs = tuple(run(replace(base, exchange="average", average_every=int(k)), n) for k in every)
+    nbytes, item = _gradient_bytes(config), np.dtype(config.dtype).itemsize
+    predicted = np.array([predict_bytes_sent("average", config.algorithm, n, nbytes, item, int(k))
+                          * np.ones(n) for k in every])
+    return AveragingSweep(n, every, reference, runs, np.array([r.bytes_sent() for r in runs]),
+                          predicted)

@@ -186,3 +186,27 @@ def test_predicted_comm_time_formulas():
     assert predict_comm("average", "ring", 4, n, a, b, average_every=4) == pytest.approx(ring / 4)
     assert predict_comm("allreduce", "ring", 4, n, a, b, bucket_bytes=n // 4) == pytest.approx(
         4 * costmodel.predict("allreduce", "ring", 4, n // 4, a, b))
+
+
+def test_averaging_sweep_equals_allreduce_at_k1_and_sends_its_bytes_over_k(digits):
+    """Local SGD with k = 1 is the allreduce update (float64 rounding); a rank sends the
+    allreduce's bytes once every k steps: per step costmodel.traffic's allreduce volume / k."""
+    from coursekit.parallel.data_parallel.experiments import averaging_sweep
+
+    X, y, Xt, yt = digits
+    cfg = base(batch_size=32, epochs=3, max_steps=24)
+    sweep = averaging_sweep(THREADS, cfg, (X, y), [1, 2, 4, 8], workers=3, eval_data=(Xt, yt))
+    assert sweep.workers == 3 and sweep.allreduce.config.exchange == "allreduce"
+    assert [r.config.average_every for r in sweep.runs] == [1, 2, 4, 8]
+    np.testing.assert_allclose(sweep.runs[0].params, sweep.allreduce.params, **TOL)
+    assert not np.allclose(sweep.runs[-1].params, sweep.allreduce.params, **TOL)  # k = 8 drifts
+    volume = costmodel.traffic("allreduce", "ring", 3, 8 * MLP(cfg.sizes).n_params, itemsize=8).nbytes
+    np.testing.assert_array_equal(sweep.bytes_sent, volume[None, :] / np.array([[1], [2], [4], [8]]))
+    np.testing.assert_array_equal(sweep.predicted_bytes_sent, sweep.bytes_sent)
+    assert sweep.accuracy.shape == sweep.final_loss.shape == (4,)
+    with pytest.raises(ValueError, match="not a multiple of lcm"):
+        averaging_sweep(THREADS, replace(cfg, max_steps=20), (X, y), [1, 8], workers=3)
+    with pytest.raises(ValueError, match="every"):
+        averaging_sweep(THREADS, cfg, (X, y), [], workers=3)
+    with pytest.raises(ValueError, match="every"):
+        averaging_sweep(THREADS, cfg, (X, y), [0], workers=3)
