@@ -32,8 +32,9 @@ images:
   backward pass: ``2 B itemsize (g - 1)/g sum_cross n_in``, with n_in = 13 x 13 x 256
   (conv3), 6 x 6 x 256 (fc6), 4096 (fc7), 4096 (fc8) and 1000 (softmax).
 
-Data parallelism would instead allreduce every GPU's whole gradient:
-``2 (g - 1)/g x params x itemsize`` per GPU (:func:`coursekit.parallel.traffic.data_parallel_bytes`).
+Data parallelism would instead keep the whole model on every GPU and allreduce its whole
+gradient: ``2 (g - 1)/g x P x itemsize`` per GPU, P every layer's parameters (61 M)
+(:func:`coursekit.parallel.traffic.data_parallel_bytes`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ from coursekit.parallel.param_server.results import (PSResult, ServerFailure, Se
 from coursekit.parallel.param_server.worker import Crashed, ShardSilent, Worker
 from coursekit.cluster.runner import Runner
 
-__all__ = ["PSConfig", "PSResult", "PSTopology", "ServerFailure", "async_work", "collect", "train", "train_ps"]
+__all__ = ["PSConfig", "PSResult", "PSTopology", "ServerFailure", "async_work", "collect", "train",
+           "train_ps"]
 
 
 def async_work(me: Worker) -> WorkerReport:

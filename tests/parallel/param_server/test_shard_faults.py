@@ -20,7 +20,8 @@ DATA = load_digits()
     (dict(server_delay={0: -1}), ValueError, r"server_delay\[0\]=-1"),
     (dict(server_delay={"a": 1}), TypeError, r"server_delay key must be an integer"),
     (dict(server_crash={0: -2}), ValueError, r"server_crash\[0\]=-2"),
-    (dict(model="bsp", server_crash={0: 3}), ValueError, r"server_crash applies to 'ssp' and 'asp'"),
+    (dict(model="bsp", server_crash={0: 3}), ValueError,
+     r"server_crash applies to 'ssp' and 'asp'"),
     (dict(model="ssp", server_crash={0: 3}, timeout=1.0, worker_timeout=1.0), ValueError,
      r"needs timeout > worker_timeout"),
 ])
@@ -34,7 +35,8 @@ def test_a_fault_on_a_shard_the_run_does_not_have_is_refused_before_any_rank_sta
         train(LocalRunner(4), PSConfig(server_delay={2: 0.01}), DATA, servers=2)
 
 
-@pytest.mark.parametrize("model,extra", [("asp", {}), ("ssp", dict(staleness=1, worker_timeout=0.3))])
+@pytest.mark.parametrize("model,extra", [("asp", {}),
+                                         ("ssp", dict(staleness=1, worker_timeout=0.3))])
 def test_a_crashed_shard_stops_the_run_and_is_named(model, extra):
     runner = LocalRunner(4)
     cfg = PSConfig(model=model, steps=60, server_crash={1: 20}, timeout=0.5, **extra)
