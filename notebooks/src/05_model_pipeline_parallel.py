@@ -11,6 +11,10 @@
 #   layer connect to all neurons of the next across the split, every worker needs every
 #   other worker's outputs: an all-to-all style exchange (an allgather or allreduce).
 #
+# (The Greek deck's model-parallelism slide is titled "parallelism at the level of input
+# data", a title copied from its data-parallel slide: model parallelism splits the model,
+# and every worker sees the whole input.)
+#
 # There are two ways to cut a network of fully connected layers:
 #
 # 1. **inside a layer** (tensor parallelism, Megatron-LM): each worker holds a slice of every
@@ -155,6 +159,8 @@ print("loss equal on every rank:  ", all(np.isclose(loss, serial_loss) for (loss
 print("outputs equal to serial:   ", all(np.allclose(out, mlp.forward(X)) for (_, out, *_), _ in tp))
 print("gradient equal to serial:  ", all(np.allclose(grad, serial_grad) for (_, _, grad, _), _ in tp))
 print("MB sent per rank in a step:", sent_mb([trace for _, trace in tp]))
+assert all(np.isclose(loss, serial_loss) for (loss, *_), _ in tp)
+assert all(np.allclose(out, mlp.forward(X)) for (_, out, *_), _ in tp)
 assert all(np.allclose(grad, serial_grad) for (_, _, grad, _), _ in tp)
 tp_sent = sent_bytes([trace for _, trace in tp])
 assert tp_sent.tolist() == traffic.tensor_parallel_bytes(mlp.sizes, N, p).tolist()
@@ -219,6 +225,7 @@ print(f"PASS: each rank sends N x 512 doubles = {N * 512 * 8 / 1e6:.1f} MB, "
 P = 4  # ranks in the simulations
 naive = simulate(schedule("gpipe", P, 1), t_f=1.0, t_i=1.0, t_w=1.0)
 print(f"idle fraction {naive.bubble_fraction:.2f} = (P-1)/P = {(P - 1) / P:.2f}")
+assert np.isclose(naive.bubble_fraction, (P - 1) / P)
 plot_schedule(naive.timeline, title="layer split: one batch, one busy rank at a time")
 show()
 
@@ -229,6 +236,12 @@ show()
 # on, it starts micro-batch 1, so the stages work on different micro-batches at the same
 # time. Gradients of the micro-batches add up to the gradient of the whole batch (each is
 # weighted by its share $n_i/N$ of the rows), so the step is still exactly the serial step.
+#
+# The Greek deck's pipeline slide has a slip. Unit $l$ holds layer $l$; at step $t$ it
+# trains on the data subset $S^l$ and hands its results to unit $l + 1$. At step $t + 1$
+# unit $l$ moves on to $S^{l+1}$, and unit $l + 1$ processes $S^l$, the subset unit $l$
+# finished at step $t$, not $S^{l+1}$ as the slide says (that subset has not left unit $l$
+# yet). In the notation below: `F s+1.i` runs after `F s.i`, never with a later micro-batch.
 #
 # A schedule is data: for every rank an ordered list of actions, each named by what it
 # computes (as in `torch.distributed.pipelining`): `F s.i` (forward of stage $s$ on
@@ -381,6 +394,11 @@ fig.tight_layout()
 show()
 for name, (total, bubble, sim_total, sim_bubble) in measured.items():
     print(f"{name:6} measured {total:6.1f} ms, idle {bubble:4.0%}   simulated {sim_total:6.1f} ms, idle {sim_bubble:4.0%}")
+    # the simulation of equal F and B times has the table's bubble, (p-1)/(m+p-1) for GPipe
+    # and 1F1B; a measured step is never shorter than half the simulated one (the simulation
+    # takes the slowest rank's mean action times); its idle share is what noise makes it
+    assert name == "zb_h1" or np.isclose(sim_bubble, (p - 1) / (m + p - 1)), (name, sim_bubble)
+    assert total >= 0.5 * sim_total and 0 <= bubble < 1, (name, total, sim_total, bubble)
 
 # %% [markdown]
 # The measured pictures have the shape the schedule predicts, with two differences worth
@@ -472,6 +490,12 @@ acts_mb = {
     "pipeline 1F1B": max(peaks[r] * N / m * (sizes[s[0]] + sum(sizes[l + 1] for l in s))
                          for r, s in enumerate(stage_of)),
 }
+from coursekit.parallel.budget import param_bytes
+
+# the parameters agree with section 7's per-rank formula (coursekit.parallel.budget)
+for name, strategy in (("data parallel", "data parallel"), ("tensor parallel", "tensor parallel"),
+                       ("pipeline 1F1B", "layer split")):
+    assert params_mb[name] * 8 == param_bytes(sizes, strategy, p).max(), name
 print(f"{'':16}{'params MB':>10}{'activations MB':>16}{'sent MB / step':>16}")
 for name in STRATEGIES:
     print(f"{name:16}{params_mb[name] * 8 / 1e6:10.2f}{acts_mb[name] * 8 / 1e6:16.2f}{sent_per_step[name]:16.2f}")
@@ -558,7 +582,124 @@ show()
 # Two CPU cores can give at most a factor of two, and that only to the strategy that keeps
 # both busy with little waiting; the point of the measurement is *where the time goes*.
 # Chapter 7 simulates the same trade-offs at a thousand GPUs.
+
+# %% [markdown]
+# ## 7. When is model parallelism worth it? A model that does not fit
 #
+# The table's last row is the reason model parallelism exists: a model too big for one
+# device. Give every engine a **memory budget** for parameters, here 8 MB (a GPU has
+# gigabytes; the arithmetic is the same). Our model's parameters take 12.9 MB in float64,
+# so data parallelism, which keeps a whole copy on every engine, is refused before any
+# engine starts. The layer split and the tensor split keep about half on each engine
+# (`coursekit.parallel.budget.param_bytes`: a layer split holds its block of layers; a
+# tensor split holds half of every matrix, plus a row layer's whole bias) and run the
+# same step:
+
+# %%
+from coursekit.parallel.budget import BudgetConfig, MemoryBudgetError, param_bytes, step_within_budget
+
+BUDGET = 8_000_000  # parameter bytes one engine may hold
+refused = None
+try:
+    step_within_budget(engines, BudgetConfig(mlp.sizes, "data parallel", BUDGET), X, y)
+except MemoryBudgetError as err:
+    refused = err
+assert refused is not None and (refused.needed, refused.budget) == (mlp.params.nbytes, BUDGET)
+print(refused)
+for strategy in ("layer split", "tensor parallel"):
+    fit = step_within_budget(engines, BudgetConfig(mlp.sizes, strategy, BUDGET), X, y)
+    assert np.isclose(fit.loss, serial_loss) and np.allclose(fit.grad, serial_grad)
+    assert fit.held_bytes.tolist() == param_bytes(mlp.sizes, strategy, p).tolist()
+    assert fit.held_bytes.max() <= BUDGET
+    print(f"{strategy}: MB of parameters per engine {[round(b / 1e6, 2) for b in fit.held_bytes.tolist()]}"
+          f" <= {BUDGET / 1e6:g} MB; step equal to serial")
+
+# %% [markdown]
+# Each engine here builds the whole MLP and computes with views of its part; `held_bytes`
+# counts the arrays of that part, what an engine that allocated only its part would hold.
+#
+# The English deck names two alternatives before splitting the model. **Pruning** removes
+# the weights of smallest magnitude. It saves memory only when the survivors are stored
+# sparse: in CSR each kept weight costs its value (8 bytes) and a column index (4 bytes),
+# so a pruned layer is smaller than the dense one only below two thirds of its weights.
+# `coursekit.memory.pruning.keep_to_fit` gives how many weights fit the budget.
+
+# %%
+from coursekit.memory.pruning import keep_to_fit, magnitude_prune, sparse_bytes
+from coursekit.nn.train import train as train_serial
+
+n_weights = sum(a * b for a, b in zip(mlp.sizes[:-1], mlp.sizes[1:]))
+kept = keep_to_fit(mlp.sizes, BUDGET)
+assert sparse_bytes(mlp.sizes, kept) <= BUDGET < sparse_bytes(mlp.sizes, kept + 1)
+assert kept == (BUDGET - 8 * sum(mlp.sizes[1:]) - 4 * sum(n + 1 for n in mlp.sizes[:-1])) // 12
+keep_fraction = kept / n_weights
+print(f"to fit {BUDGET / 1e6:g} MB, pruning keeps {kept:,} of {n_weights:,} weights "
+      f"({keep_fraction:.0%}): {sparse_bytes(mlp.sizes, kept) / 1e6:.2f} MB in CSR, "
+      f"from {mlp.params.nbytes / 1e6:.2f} MB dense")
+
+# %% [markdown]
+# What does it cost in accuracy? Training our 1.6-million-parameter model takes minutes on
+# two shared cores, too long for this notebook, so we measure the cost on chapter 1's
+# MLP 64-64-10, trained, then pruned to the same fraction (no retraining after pruning):
+
+# %%
+small = MLP([64, 64, 10], activation="relu", dtype=np.float64, seed=0)
+train_serial(small, digits.X_train, digits.y_train, epochs=10, batch_size=32, lr=0.1)
+small_weights = sum(layer.W.size for layer in small.layers)
+pruned = magnitude_prune(small, round(keep_fraction * small_weights))
+before = small.accuracy(digits.X_test, digits.y_test)
+after = pruned.accuracy(digits.X_test, digits.y_test)
+assert before > 0.9 and 0 <= before - after < 0.05, (before, after)
+print(f"test accuracy {before:.2f} dense, {after:.2f} with {keep_fraction:.0%} of the weights: "
+      "a cost under 5 points")
+
+# %% [markdown]
+# The other alternative is to **train on the CPU**, whose host memory is far larger than a
+# GPU's (chapter 1 trained this way): slower per step, but nothing needs splitting.
+
+# %% tags=["nbval-ignore-output"]
+from coursekit.checks import memory_limit
+
+host = memory_limit()
+# weights, gradient and momentum, and the activations of one step on N rows (section 6)
+training_bytes = 3 * mlp.params.nbytes + acts_mb["serial"] * 8
+assert training_bytes < host / 100
+print(f"this machine's host memory: {host / 1e9:.1f} GB, {host / training_bytes:,.0f} times what one "
+      f"serial training step of our model needs ({training_bytes / 1e6:.0f} MB)")
+
+# %% [markdown]
+# **AlexNet's two-GPU split** (Krizhevsky et al. 2012, the Spanish deck's example) is a
+# tensor split of every layer: each GTX 580 (3 GB) held half of every layer's kernels.
+# The GPUs exchanged data only at the layers whose kernels read **both** halves of the
+# layer below: conv3, fc6, fc7, fc8 (and the softmax's 1000 outputs). conv2, conv4 and
+# conv5 read only their own GPU's maps. `coursekit.parallel.alexnet_split` counts, from the
+# paper's layer shapes, the parameters each GPU holds and the bytes it sends in a step
+# (batch 128, float32, forward activations and backward gradients):
+
+# %%
+from coursekit.parallel.alexnet_split import alexnet_split
+
+alex = alexnet_split()
+print(f"{'layer':8}{'params per GPU':>16}{'values sent per GPU and image':>31}")
+for name, (n_params, n_sent) in alex.per_layer.items():
+    print(f"{name:8}{n_params:16,}{n_sent:31,}")
+assert alex.params_per_gpu == 30_482_612  # 2 x 30.5 M: the paper's "60 million parameters"
+assert alex.sent_bytes_per_gpu == 2 * 128 * 4 * (13 * 13 * 128 + 6 * 6 * 128 + 2048 + 2048 + 500)
+assert alex.data_parallel_bytes_per_gpu == 2 * (2 - 1) / 2 * (2 * alex.params_per_gpu) * 4
+print(f"per GPU: {alex.param_bytes_per_gpu / 1e6:.1f} MB of parameters; sends "
+      f"{alex.sent_bytes_per_gpu / 1e6:.1f} MB per step, where data parallelism would allreduce "
+      f"{alex.data_parallel_bytes_per_gpu / 1e6:.1f} MB of gradient")
+
+# %% [markdown]
+# 122 MB of parameters per GPU fits 3 GB easily: what filled the GPUs was the activations
+# of a batch of 128 large images and the working memory of the convolutions. The split
+# sends 31.6 MB per GPU and step, almost 8 times less than data parallelism's 243.9 MB:
+# AlexNet's fully connected layers hold 96% of its weights and few activations, exactly
+# where model parallelism communicates little. (Krizhevsky's later "one weird trick",
+# 2014, drew the conclusion: data parallelism for the convolutions, model parallelism for
+# the fully connected layers.)
+
+# %% [markdown]
 # ## When you are done
 #
 # The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):

@@ -98,6 +98,10 @@ print(f"bubble (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.3f}")
 for name, r in (("GPipe", theirs), ("your 1F1B", mine)):
     print(f"{name:10} time {r.total_time:g}, bubble {r.bubble_fraction:.3f}, "
           f"peak activations per rank {r.peak_activations.astype(int).tolist()}")
+for r in (theirs, mine):  # (m + p - 1) slots of F + B = 1 + 2 time units
+    assert np.isclose(r.bubble_fraction, (p - 1) / (m + p - 1)) and r.total_time == (m + p - 1) * 3
+assert theirs.peak_activations.tolist() == [m] * p
+assert mine.peak_activations.tolist() == [p - r for r in range(p)]
 fig, axes = plt.subplots(2, 1, figsize=(10, 5), sharex=True)
 plot_schedule(theirs.timeline, ax=axes[0], title="GPipe")
 plot_schedule(mine.timeline, ax=axes[1], title="your 1F1B")
@@ -119,6 +123,7 @@ for m in ms:
 print(f"{'m':>4}{'formula':>9}{'GPipe':>8}{'1F1B':>8}{'GPipe mem':>11}{'1F1B mem':>10}")
 for m, bg, b1, mg, m1 in rows:
     print(f"{m:4d}{(p - 1) / (m + p - 1):9.3f}{bg:8.3f}{b1:8.3f}{mg:11g}{m1:10g}")
+    assert np.allclose([bg, b1], (p - 1) / (m + p - 1)) and (mg, m1) == (m, p)
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3))
 ax1.plot(ms, [r[1] for r in rows], "o-", label="GPipe")
@@ -153,4 +158,5 @@ X, y = digits.X_train[:256].astype(np.float64), digits.y_train[:256]
 mlp = MLP([64, 128, 128, 128, 10], dtype=np.float64, seed=0)  # 4 layers: one per rank
 _, serial_grad = mlp.loss_and_grad(X, y)
 run = run_pipeline(LocalRunner(4), as_schedule("your 1F1B", one_f_one_b(4, 8), 8), (X, y), mlp=mlp)
+assert np.allclose(run.grad, serial_grad)
 np.allclose(run.grad, serial_grad)

@@ -19,6 +19,6 @@ True
 from .async_sgd import train, train_ps
 from .config import PSConfig
 from .protocol import PSTopology
-from .results import PSResult
+from .results import PSResult, ServerFailure
 
-__all__ = ["PSConfig", "PSResult", "PSTopology", "train", "train_ps"]
+__all__ = ["PSConfig", "PSResult", "PSTopology", "ServerFailure", "train", "train_ps"]

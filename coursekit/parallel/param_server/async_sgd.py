@@ -35,11 +35,13 @@ from coursekit.parallel.param_server.bsp import bsp_serve, bsp_work
 from coursekit.parallel.param_server.config import PSConfig
 from coursekit.parallel.param_server.consistency import combined_push, ssp_gate
 from coursekit.parallel.param_server.protocol import EVICTED, HELLO, PSTopology
-from coursekit.parallel.param_server.results import PSResult, ServerReport, WorkerReport
-from coursekit.parallel.param_server.worker import Crashed, Worker
+from coursekit.parallel.param_server.results import (PSResult, ServerFailure, ServerReport,
+                                                     WorkerReport)
+from coursekit.parallel.param_server.worker import Crashed, ShardSilent, Worker
 from coursekit.cluster.runner import Runner
 
-__all__ = ["PSConfig", "PSResult", "PSTopology", "async_work", "collect", "train", "train_ps"]
+__all__ = ["PSConfig", "PSResult", "PSTopology", "ServerFailure", "async_work", "collect", "train",
+           "train_ps"]
 
 
 def async_work(me: Worker) -> WorkerReport:
@@ -74,6 +76,8 @@ def async_work(me: Worker) -> WorkerReport:
         return me.report("finished")
     except Crashed:
         return me.report("crashed")
+    except ShardSilent as silent:
+        return me.leave(silent)
 
 
 def train_ps(comm, config: PSConfig, data=None, *, servers: int = 1,
@@ -97,10 +101,10 @@ def train_ps(comm, config: PSConfig, data=None, *, servers: int = 1,
         role = ShardServer(comm, config, topology, rank, gate, run)
     else:
         role = Worker(comm, config, topology, rank - topology.servers, data)
+    comm.barrier()  # everyone built its state (and compiled its kernels): start the clocks
     saved = comm.timeout
     comm.timeout = config.timeout
     try:
-        comm.barrier()  # everyone built its state (and compiled its kernels): start the clocks
         role.t0 = now()
         bsp = config.model == "bsp"
         if rank < topology.servers:
@@ -124,10 +128,11 @@ def check_data(config: PSConfig, data) -> None:
 
 
 def collect(config: PSConfig, topology: PSTopology, outputs: list) -> PSResult:
-    """The PSResult of the ranks' outputs (None for a worker whose process died)."""
+    """The PSResult of the ranks' outputs (None for a worker whose process died, or a shard
+    that crashed: :class:`ServerFailure`)."""
     servers = outputs[:topology.servers]
     if any(s is None for s in servers):
-        raise RuntimeError("a server shard returned no report; the run's weights are lost")
+        raise ServerFailure(topology, config.n_params, servers, outputs[topology.servers:])
     return PSResult(config, topology, np.concatenate([s.params for s in servers]), servers,
                     list(outputs[topology.servers:topology.n_ranks]))
 
@@ -146,7 +151,9 @@ def train(runner: Runner, config: PSConfig, data=None, *, workers: int | None = 
 
     A crashed worker (``config.crash``) reports status "crashed"; a worker whose engine
     died (``crash_kills``, or killed from outside) yields None in ``result.workers``; the
-    shards report either in ``result.lost``. After a run that lost a worker whose process
+    shards report either in ``result.lost``. A crashed shard (``config.server_crash``)
+    stops the run: :class:`ServerFailure` names it, after every worker waited ``timeout``
+    for it and left. After a run that lost a worker whose process
     lives on, the ranks' comms are rebuilt (:meth:`~coursekit.cluster.runner.Runner.reset_comms`):
     messages the shards sent it must not reach the next run.
     """
@@ -161,7 +168,11 @@ def train(runner: Runner, config: PSConfig, data=None, *, workers: int | None = 
     outputs = runner.run(train_ps, config, data, servers=topology.servers, gate=gate,
                          ranks=topology.n_ranks, on_update=on_update,
                          may_die=topology.worker_ranks, timeout=timeout)
-    result = collect(config, topology, outputs)
+    try:
+        result = collect(config, topology, outputs)
+    except ServerFailure:
+        runner.reset_comms()  # the requests sent to the silent shard must not reach a next run
+        raise
     if result.lost and all(report is not None for report in result.workers):
         runner.reset_comms()
     return result

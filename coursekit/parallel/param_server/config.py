@@ -33,6 +33,14 @@ class PSConfig:
     crash: {worker: step}: that worker crashes at that step: it stops and never talks to the
     shards again (simulated, the engine lives on: :mod:`coursekit.parallel.faults`);
     crash_kills=True SIGKILLs the worker's engine process instead (a cluster you started).
+    server_delay: {shard: extra seconds that shard spends on each update it applies} (a slow
+    server: a busy node, a slow link). Under BSP an iteration ends when the slowest shard has
+    applied its update, so the pace is the undelayed iteration plus ``max_k delay_k``
+    (:mod:`.pace`). server_crash: {shard: version}: that shard falls silent once its version
+    reaches it (simulated, the engine lives on; 'ssp' and 'asp'). Its range of the weights
+    exists nowhere else, so the run stops: every worker waits ``timeout`` for the shard's
+    reply, tells the other shards it leaves, and :func:`~.async_sgd.train` raises
+    :class:`~.results.ServerFailure` naming the shard.
     worker_timeout: a worker silent this long while the server waits for it is lost.
     timeout: how long any blocking receive waits before CommTimeout.
     checkpoint_every / checkpoint_dir: every shard saves its state each time its version
@@ -62,6 +70,8 @@ class PSConfig:
     jitter: float = 0.0
     crash: dict = field(default_factory=dict)
     crash_kills: bool = False
+    server_delay: dict = field(default_factory=dict)
+    server_crash: dict = field(default_factory=dict)
     worker_timeout: float = 5.0
     timeout: float = 30.0
     checkpoint_every: int = 0
@@ -96,34 +106,50 @@ class PSConfig:
         worker_timeout = checks.real(self.worker_timeout, "worker_timeout", above=0, hint=_SECONDS)
         checks.real(self.timeout, "timeout", above=0, hint=_SECONDS)
         checks.real(self.jitter, "jitter", at_least=0, hint=_SECONDS)
-        for w, delay in self._per_worker("straggler").items():
+        for w, delay in self._keyed("straggler").items():
             if checks.real(delay, f"straggler[{w}]", at_least=0, hint=_SECONDS) >= worker_timeout:
                 raise ValueError(f"straggler[{w}]={delay} s per step would get worker {w} declared "
                                  f"lost (worker_timeout={worker_timeout} s); raise worker_timeout")
-        for w, step in self._per_worker("crash").items():
+        for w, step in self._keyed("crash").items():
             checks.integer(step, f"crash[{w}]", at_least=0)
             if step >= self.steps:
                 raise ValueError(f"crash[{w}]={step}: must be a step in 0..{self.steps - 1}")
         checks.boolean(self.crash_kills, "crash_kills")
+        for k, delay in self._keyed("server_delay", "server shard").items():
+            checks.real(delay, f"server_delay[{k}]", at_least=0, hint=_SECONDS)
+        for k, version in self._keyed("server_crash", "server shard").items():
+            checks.integer(version, f"server_crash[{k}]", at_least=0, hint=" (a shard version)")
+        if self.server_crash:
+            if self.model == "bsp":
+                raise ValueError("server_crash applies to 'ssp' and 'asp' (BSP's shards wait for "
+                                 "every worker in lockstep: a dead shard stops BSP as a dead "
+                                 "worker does)")
+            if self.model == "ssp" and self.timeout <= worker_timeout:
+                raise ValueError(f"server_crash with model='ssp' needs timeout > worker_timeout "
+                                 f"(got {self.timeout} <= {worker_timeout}): the clock gate may "
+                                 "hold a pull until the slowest worker is declared lost, and a "
+                                 "shard silent for `timeout` is taken for dead")
         checks.boolean(self.resume, "resume")
         checks.path(self.checkpoint_dir, "checkpoint_dir", optional=True)
         if checks.integer(self.checkpoint_every, "checkpoint_every", at_least=0) or self.resume:
             if not self.checkpoint_dir:
                 raise ValueError("checkpoint_every > 0 and resume=True need a checkpoint_dir")
 
-    def _per_worker(self, name: str) -> dict:
-        """``{worker: value}`` of ``name``: the keys are checked here for their type only; which
-        workers exist is the topology's (:meth:`check_topology`)."""
+    def _keyed(self, name: str, what: str = "worker") -> dict:
+        """``{index: value}`` of ``name``, an index of a ``what`` ("worker" or "server shard"):
+        the keys are checked here for their type only; which exist is the topology's
+        (:meth:`check_topology`)."""
         spec = getattr(self, name)
         if not isinstance(spec, dict):
-            raise TypeError(f"{name} must be a dict {{worker index: value}}, got {spec!r}")
-        for w in spec:
-            checks.integer(w, f"{name} key", at_least=0, hint=" (a worker index)")
+            raise TypeError(f"{name} must be a dict {{{what} index: value}}, got {spec!r}")
+        for k in spec:
+            checks.integer(k, f"{name} key", at_least=0, hint=f" (a {what} index)")
         return spec
 
     def check_topology(self, topology: PSTopology) -> PSTopology:
         """``topology`` if this run fits it; ValueError if a straggler or crash names a worker
-        it does not have, or it has more server shards than parameters."""
+        (a server_delay or server_crash a shard) it does not have, or it has more server
+        shards than parameters."""
         checks.instance(topology, "topology", PSTopology)
         topology.ranges(self.n_params)  # ValueError for more shards than parameters
         for name in ("straggler", "crash"):
@@ -131,6 +157,11 @@ class PSConfig:
                 if w >= topology.workers:
                     raise ValueError(f"{name} names worker {w!r}; workers are "
                                      f"0..{topology.workers - 1}")
+        for name in ("server_delay", "server_crash"):
+            for k in getattr(self, name):
+                if k >= topology.servers:
+                    raise ValueError(f"{name} names shard {k!r}; server shards are "
+                                     f"0..{topology.servers - 1}")
         return topology
 
     def fingerprint(self, topology: PSTopology, data: str) -> dict:

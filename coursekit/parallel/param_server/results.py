@@ -67,8 +67,9 @@ class ServerReport:
 class WorkerReport:
     """One worker: how its time went, and test accuracy of the weights it pulled.
 
-    ``status``: "finished", "evicted" (a shard had declared it lost) or "crashed" (a
-    simulated crash on a ThreadComm rank; a killed process returns no report at all).
+    ``status``: "finished", "evicted" (a shard had declared it lost), "crashed" (a
+    simulated crash; a killed process returns no report at all) or "server lost" (a shard
+    fell silent: ``error`` says which and how long the worker waited).
     ``compute_s``, ``idle_s``, ``send_s``: seconds spent in each, over the whole run.
     ``spans``: the newest :data:`MAX_RECORDS` :class:`~coursekit.parallel.spans.Span` s on
     the worker's rank (a :class:`~coursekit.comm.trace.Trace`: ``spans.dropped`` older ones
@@ -92,11 +93,31 @@ class WorkerReport:
     curve_applied: np.ndarray
     curve_accuracy: np.ndarray
     device: str = "cpu"
+    error: str = ""
 
     @property
     def throughput(self) -> float:
         """Iterations per second of wall-clock time."""
         return self.steps / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+class ServerFailure(RuntimeError):
+    """A server shard failed, so the run stopped: its range of the weights exists nowhere else.
+
+    ``shards``: the failed shards' indices (their ranks are the same numbers); the message
+    names each with its parameter range and what the workers saw (how long they waited).
+    """
+
+    def __init__(self, topology: PSTopology, n_params: int, servers: list, workers: list):
+        ranges = topology.ranges(n_params)
+        self.shards = [k for k, s in enumerate(servers) if s is None]
+        lines = [f"server shard {k} (rank {k}, parameters [{ranges[k][0]}, {ranges[k][1]})) "
+                 "failed: its part of the weights exists nowhere else, so training stopped"
+                 for k in self.shards]
+        lines += [f"  {w.error}" for w in workers if w is not None and w.error]
+        lines += [f"  shard {s.shard} stopped at version {s.version}" for s in servers
+                  if s is not None]
+        super().__init__("\n".join(lines))
 
 
 @dataclass

@@ -20,6 +20,11 @@ or lost:
 * A worker that owes the shard a message and stays silent for ``worker_timeout`` seconds
   is declared **lost**: the gate and the averaging ignore it from then on, so the run
   finishes with the others; ``lost`` records which worker and when.
+* DONE before the last clock: the worker left because another shard fell silent
+  (``server_crash``); the gate and the averaging ignore it from then on, as for a lost one.
+* ``server_delay[k]``: shard k sleeps that long in every update it applies (a slow server);
+  ``server_crash[k] = v``: shard k stops serving, silently, once its version reaches v and
+  returns no report, as a dead process would (:func:`serve`).
 
 Invariants the tests check: every accepted gradient is applied exactly once; under SSP no
 staleness exceeds s; with s = 0 the weights equal BSP's bit for bit.
@@ -28,6 +33,7 @@ staleness exceeds s; with s = 0 the weights equal BSP's bit for bit.
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -58,6 +64,8 @@ class ShardServer:
         make_optimizer(self.params.copy(), config.lr, config.momentum).step(
             np.zeros_like(self.params))  # compile / load the update kernel before the clock runs
         self.version = self.applied = 0
+        self.delay = float(config.server_delay.get(shard, 0.0))
+        self.crash_at = config.server_crash.get(shard)
         self.clocks = np.zeros(n, np.int64)
         if config.resume:
             self._restore()
@@ -122,6 +130,10 @@ class ShardServer:
                 self.reply(w, OK)
             else:
                 self.deferred[w] = req.clock
+        elif req.clock < self.cfg.steps:  # DONE early: another shard fell silent
+            self.live[w] = False
+            self.log_error(f"worker {w} left at clock {req.clock}: another shard stopped answering")
+            self._advance()
         else:  # DONE
             self.done[w] = True
 
@@ -160,6 +172,8 @@ class ShardServer:
         if items:
             grads = [g for _, g, _ in items]
             self.opt.step(ordered_mean(grads) if average else grads[0])
+        if self.delay:
+            time.sleep(self.delay)  # a slow server (config.server_delay)
         for w, _, read_version in items:
             stale = self.version - read_version
             self.staleness.append(stale)
@@ -247,10 +261,14 @@ class ShardServer:
                             self.staleness.dropped, self.update_t.dropped)
 
 
-def serve(server: ShardServer) -> ServerReport:
-    """Run the SSP / ASP request loop of ``server`` until every worker is done or lost."""
+def serve(server: ShardServer) -> ServerReport | None:
+    """Run the SSP / ASP request loop of ``server`` until every worker is done or lost; None
+    if the shard crashed (``server_crash``: it fell silent at that version)."""
     poll = min(0.05, server.cfg.worker_timeout / 4)
     while not server.finished():
+        if server.crash_at is not None and server.version >= server.crash_at:
+            log.warning("shard %d crashed at version %d (simulated)", server.shard, server.version)
+            return None
         head = recv_request(server.comm, poll)
         if head is not None:
             server.handle(head)

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from coursekit.cluster import live
-from coursekit.comm import ThreadComm
+from coursekit.comm import CommTimeout, ThreadComm
 from coursekit.comm.trace import Trace, now
 from coursekit.data import shard
 from coursekit.nn import MLP
@@ -33,6 +33,14 @@ def batch_rows(seed: int, worker: int, step: int, n_rows: int, batch_size: int) 
 
 class Crashed(Exception):
     """A simulated crash: the worker stops and falls silent (:mod:`coursekit.parallel.faults`)."""
+
+
+class ShardSilent(Exception):
+    """A shard sent no reply within ``config.timeout``: it is taken for dead (``shard``)."""
+
+    def __init__(self, shard: int, message: str):
+        super().__init__(message)
+        self.shard = shard
 
 
 class Worker:
@@ -61,6 +69,7 @@ class Worker:
                                       maxlen=results.MAX_CURVE_POINTS)
         self.next_snapshot = 0
         self.steps = 0
+        self.error = ""
         # compile / load the kernels now, not inside the timed run
         self.mlp.loss_and_grad(self.X[:1], self.y[:1], out=self.grad, validate=False)
 
@@ -106,7 +115,14 @@ class Worker:
         """Every shard's reply, written into the weights; returns (clocks, statuses)."""
         start, clocks, statuses = self.elapsed(), [], []
         for server, (lo, hi) in enumerate(self.ranges):
-            version, applied, clock, status = recv_reply(self.comm, server, self.weights[lo:hi])
+            try:
+                version, applied, clock, status = recv_reply(self.comm, server,
+                                                             self.weights[lo:hi])
+            except CommTimeout:
+                raise ShardSilent(server, (
+                    f"worker {self.worker} (rank {self.rank}) waited {self.cfg.timeout:g} s for "
+                    f"shard {server} (rank {server}, parameters [{lo}, {hi})) after "
+                    f"{self.steps} steps: no reply")) from None
             self.versions[server] = version
             clocks.append(clock)
             statuses.append(status)
@@ -133,9 +149,19 @@ class Worker:
             self.comm.send(grad[lo:hi], server, tag)
         self._span("send", start)
 
-    def done(self, clock: int) -> None:
+    def done(self, clock: int, skip: int | None = None) -> None:
+        """Tell every shard (but ``skip``) this worker ends at ``clock``: before the last
+        clock, it leaves the run (a shard fell silent)."""
         for server in range(len(self.ranges)):
-            send_request(self.comm, server, DONE, self.rank, clock)
+            if server != skip:
+                send_request(self.comm, server, DONE, self.rank, clock)
+
+    def leave(self, silent: ShardSilent) -> WorkerReport:
+        """Shard ``silent.shard`` is gone, and its range of the weights with it: tell the
+        other shards this worker leaves and report the error."""
+        self.done(self.steps, skip=silent.shard)
+        self.error = str(silent)
+        return self.report("server lost")
 
     # ---- record -------------------------------------------------------------------------------
     def snapshot(self, step: int) -> None:
@@ -156,4 +182,4 @@ class Worker:
         return WorkerReport(self.worker, status, self.steps, wall, total["compute"], total["idle"],
                             total["send"], self.spans, np.array(curve["t"]),
                             np.array(curve["applied"], np.int64), np.array(curve["accuracy"]),
-                            self.mlp.device_name)
+                            self.mlp.device_name, self.error)
