@@ -566,12 +566,13 @@ def exchange_on_ranks(grad, compressor=lambda r: Z.TopK(0.5)):
     return on_ranks(2, lambda comm: Z.exchange(comm, grad(comm.rank), compressor(comm.rank)))
 
 
-def exchange_of_different_sizes(name, value):
+def exchange_of_different_sizes(name, value, sizes=(12, 10)):
     """exchange() moves the payloads unchecked (check=False: the cost model counts no
     fingerprint), so only a rank that cannot fit another's payload can tell: run_local raises
-    its error, which is what the notebook sees."""
+    its error, which is what the notebook sees. ``sizes``: rank 0's and rank 1's gradient;
+    the bit-packed compressors' end mark tells even sizes whose payloads have the same bytes."""
     def body(comm):
-        grad = np.linspace(-1, 1, 12 - 2 * comm.rank, dtype=np.float32)
+        grad = np.linspace(-1, 1, sizes[comm.rank], dtype=np.float32)
         Z.exchange(comm, grad, Z.make_compressor(name, value, rng=comm.rank))
     return lambda: run_local(body, 2, timeout=BOUND_S)
 
@@ -607,6 +608,11 @@ CHAPTER_6 = [
                    id=f"exchange({name}, grads of different sizes)")
       for name, value in (("none", None), ("fp16", None), ("topk", 0.5), ("uniform", 8),
                           ("qsgd", 4), ("sign", None), ("signsgd", None))],
+    *[pytest.param(exchange_of_different_sizes(name, value, sizes), "same shape", "dtype",
+                   id=f"exchange({name}, {sizes[0]} and {sizes[1]} elements in the same bytes)")
+      for name, value, sizes in (("terngrad", None, (11, 9)), ("qsgd", 4, (13, 12)),
+                                 ("qsgd", 1, (9, 11)), ("uniform", 3, (18, 16)),
+                                 ("signsgd", None, (12, 10)))],
     config_field("compressor", "zip", "none, fp16"),
     bad(CompressionConfig, compressor="topk", value=0.0, names="ratio", allowed=r"\(0, 1\]"),
     bad(CompressionConfig, compressor="none", value=3, names="compressor",
