@@ -60,6 +60,8 @@ import os
 import numpy as np
 import zmq
 
+from coursekit import checks
+
 from . import cma, frames
 from .auth import FrameSealer, check_key
 from .base import BARRIER_TAG
@@ -108,6 +110,8 @@ class Endpoint:
             raise TypeError("addresses must be a list of address strings, one per rank")
         if not (isinstance(rank, int) and 0 <= rank < len(addresses)):
             raise ValueError(f"rank must be in 0..{len(addresses) - 1}, got {rank!r}")
+        checks.boolean(trace, "trace")
+        checks.boolean(single_copy, "single_copy")
         if addresses[rank] != self.address:
             raise ValueError(f"addresses[{rank}] is {addresses[rank]!r} but this endpoint is bound "
                              f"to {self.address!r}: the list must be in rank order")
