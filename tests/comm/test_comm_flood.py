@@ -6,7 +6,7 @@ who picks the frame size and opens more connections cannot exceed; and on PULL i
 drops but pushes back over TCP, which would make a legit rank's buffered zero-copy send
 wait for its receiver. What holds instead, checked here: the queued frames cost memory in
 proportion to the bytes the intruder sent (a stated bound per frame), a legit message is
-read past them (fair queueing), and a rank that waits in a receive drops them all.
+read past them (fair queueing) and collectives stay exact, and a rank that waits in a receive drops them all.
 """
 
 import os
@@ -19,6 +19,7 @@ import numpy as np
 import psutil
 import zmq
 
+from coursekit.collectives import allreduce
 from coursekit.comm import zmq as czmq
 
 KEY = secrets.token_bytes(32)
@@ -62,6 +63,10 @@ def test_a_flood_costs_memory_bounded_by_its_frames_and_collectives_stay_exact()
 
         a.send(x + 1, 1, tag=2)  # read past the queued junk: the result is exact
         np.testing.assert_array_equal(b.recv(0, tag=2), x + 1)
+        with ThreadPoolExecutor(2) as pool:  # a collective too, with the junk still queued
+            sums = list(pool.map(lambda c: allreduce(c, x * (c.rank + 1)), (a, b)))
+        for total in sums:
+            np.testing.assert_array_equal(total, 3 * x)
 
         def late():  # rank 1 waits in a recv meanwhile: it reads and drops every frame
             deadline = time.monotonic() + 120
