@@ -172,6 +172,7 @@ def _check_sizes(sizes) -> tuple:
     if len(np.unique(n)) < 2:
         raise ValueError(f"sizes needs at least two different message sizes to fit alpha and "
                          f"beta, got {n.tolist()}")
+    checks.fits_in_memory(2 * int(n.max()), "sizes", "a rank's send and receive buffers")
     return tuple(int(x) for x in n)
 
 
@@ -219,4 +220,5 @@ def gamma(runner, nbytes: int = 1 << 22, repeats: int = 5, *, ranks: int | None 
     nbytes = checks.integer(nbytes, "nbytes", at_least=4, hint=" (one float32)")
     repeats = checks.integer(repeats, "repeats", at_least=1)
     k = runner.check_ranks(ranks)
+    checks.fits_in_memory(2 * nbytes * k, "nbytes", f"the two arrays a += b of {k} ranks")
     return float(np.median(runner.run(reduce_seconds_per_byte, nbytes, repeats, ranks=k)))

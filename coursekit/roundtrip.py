@@ -44,8 +44,13 @@ def measure_round_trips(cluster, nbytes=(8, 1 << 10, 1 << 14, 1 << 17, 1 << 20, 
     checks.cluster(cluster)
     checks.integer(repeats, "repeats", at_least=1)
     checks.integer(rank, "rank", at_least=0, at_most=cluster.size - 1)
+    sizes = checks.real_array(nbytes, "nbytes", at_least=1).ravel()
+    if sizes.size == 0 or np.any(sizes != np.round(sizes)):
+        raise ValueError(f"nbytes must be whole numbers of bytes >= 1, at least one; got "
+                         f"{nbytes!r:.60}")
+    sizes = sizes.astype(np.int64)
+    checks.fits_in_memory(2 * int(sizes.max()), "nbytes", "the array sent and the one echoed")
     engine = cluster.client[cluster.engine_ids[rank]]
-    sizes = np.asarray(nbytes, dtype=np.int64)
     seconds = np.empty((len(sizes), repeats))
     for i, size in enumerate(sizes):
         payload = np.ones(max(int(size) // 8, 1))

@@ -20,6 +20,7 @@ import math
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -55,6 +56,15 @@ from coursekit.cluster.preflight import run_preflight
 from coursekit.roundtrip import measure_round_trips
 from coursekit.sim import resnet50
 from coursekit.cluster.runner import ClusterRunner, LocalRunner
+from coursekit.cluster.scratch import scratch_dir
+from coursekit import measure
+from coursekit.comm.procs import run_procs
+from coursekit.memory import measure_mlp
+from coursekit.nn import mixed_precision_demos, speed
+from coursekit.nn.experiment import train_digits
+from coursekit.sim.validate import measure_and_simulate
+from coursekit.collectives.timing import time_collective
+from coursekit.parallel.zero import train_zero
 
 PACKAGE = Path(coursekit.__file__).resolve().parent
 BOUND_S = 2.0
@@ -566,12 +576,13 @@ def exchange_on_ranks(grad, compressor=lambda r: Z.TopK(0.5)):
     return on_ranks(2, lambda comm: Z.exchange(comm, grad(comm.rank), compressor(comm.rank)))
 
 
-def exchange_of_different_sizes(name, value):
+def exchange_of_different_sizes(name, value, sizes=(12, 10)):
     """exchange() moves the payloads unchecked (check=False: the cost model counts no
     fingerprint), so only a rank that cannot fit another's payload can tell: run_local raises
-    its error, which is what the notebook sees."""
+    its error, which is what the notebook sees. ``sizes``: rank 0's and rank 1's gradient;
+    the bit-packed compressors' end mark tells even sizes whose payloads have the same bytes."""
     def body(comm):
-        grad = np.linspace(-1, 1, 12 - 2 * comm.rank, dtype=np.float32)
+        grad = np.linspace(-1, 1, sizes[comm.rank], dtype=np.float32)
         Z.exchange(comm, grad, Z.make_compressor(name, value, rng=comm.rank))
     return lambda: run_local(body, 2, timeout=BOUND_S)
 
@@ -607,6 +618,11 @@ CHAPTER_6 = [
                    id=f"exchange({name}, grads of different sizes)")
       for name, value in (("none", None), ("fp16", None), ("topk", 0.5), ("uniform", 8),
                           ("qsgd", 4), ("sign", None), ("signsgd", None))],
+    *[pytest.param(exchange_of_different_sizes(name, value, sizes), "same shape", "dtype",
+                   id=f"exchange({name}, {sizes[0]} and {sizes[1]} elements in the same bytes)")
+      for name, value, sizes in (("terngrad", None, (11, 9)), ("qsgd", 4, (13, 12)),
+                                 ("qsgd", 1, (9, 11)), ("uniform", 3, (18, 16)),
+                                 ("signsgd", None, (12, 10)))],
     config_field("compressor", "zip", "none, fp16"),
     bad(CompressionConfig, compressor="topk", value=0.0, names="ratio", allowed=r"\(0, 1\]"),
     bad(CompressionConfig, compressor="none", value=3, names="compressor",
@@ -841,7 +857,76 @@ CLASSES = [
 ]
 
 
-@pytest.mark.parametrize("call, names, allowed", CLASSES)
+# ---- the same classes, swept over the rest of the public API (every package's __all__ and --
+# ---- every name the notebooks import): each of these was accepted or failed unclearly -------
+
+STUB_CLUSTER = SimpleNamespace(engine_ids=[0], run=lambda *a: None, size=1)
+"""Passes checks.cluster: measure_round_trips checks its other arguments before any engine."""
+DIGITS_DATA = "data must be a Dataset"
+
+SWEPT = [
+    # dtypes
+    bad(speed.measure_matmul_peak, 8, dtype=np.int32, names="dtype",
+        allowed="float32, float64"),
+    # rank lists and rank counts
+    bad(sim.trace_collective, 4, 64, "hierarchical", ranks_per_node=1.5,
+        names="ranks_per_node", allowed="integer >= 1"),
+    # sizes that cannot fit in memory
+    bad(speed.measure_matmul_peak, 10**7, names="n", allowed=MEMORY),
+    bad(speed.measure_bandwidth, HUGE * 10, names="nbytes", allowed=MEMORY),
+    bad(measure_mlp, [4, 3, 2], micro_batch=HUGE, names="micro_batch", allowed=MEMORY),
+    bad(measure_and_simulate, THREADS, 2, sizes=(4, HUGE, 2), names="sizes", allowed=MEMORY),
+    bad(sim.trace_collective, 4, HUGE * 1000, names="nbytes", allowed=MEMORY),
+    bad(measure.gamma, THREADS, HUGE * 10, ranks=2, names="nbytes", allowed=MEMORY),
+    bad(measure.link, THREADS, "pingpong", (8, HUGE * 10), names="sizes", allowed=MEMORY),
+    bad(Z.make_compressor, "powersgd", 2, sizes=[4, HUGE, 2], names="sizes", allowed=MEMORY),
+    bad(measure_round_trips, STUB_CLUSTER, (8, HUGE * 10), names="nbytes", allowed=MEMORY),
+    bad(measure_round_trips, STUB_CLUSTER, (8, 1.5), names="nbytes", allowed="whole numbers"),
+    bad(measure_round_trips, STUB_CLUSTER, "abc", names="nbytes", allowed="real numbers"),
+    # paths
+    bad(checkpoint.Series, 5, "x{key}-{part}", 2, "step", "rank", names="directory",
+        allowed=PATH),
+    bad(scratch_dir, 123, names="prefix", allowed="str starting with 'coursekit-'"),
+    bad(coursekit.cluster.start, 2, profile=123, names="profile",
+        allowed=r"IPython profile name \(a non-empty str\) or None"),
+    bad(coursekit.cluster.connect, profile=123, names="profile",
+        allowed=r"IPython profile name \(a non-empty str\) or None"),
+    # flags
+    bad(train, mlp(), X4, Y4, progress="no", names="progress", allowed="True or False"),
+    bad(speed.training_steps, mlp(), X4, Y4, torch="no", names="torch",
+        allowed="True or False"),
+    bad(sim.simulate_step, WORK, NET, overlap="no", names="overlap", allowed="True or False"),
+    bad(sim.simulate_step, WORK, NET, fp16="no", names="fp16", allowed="True or False"),
+    bad(Z.Sign, scaled="no", names="scaled", allowed="True or False"),
+    bad(run_procs, nothing, 2, trace="no", names="trace", allowed="True or False"),
+    pytest.param(on_ranks(2, lambda comm: C.allreduce(comm, np.ones(3), check="no")), "check",
+                 "True or False", id="allreduce(check='no')"),
+    pytest.param(on_ranks(2, lambda comm: C.bcast(comm, np.ones(3), check=1)), "check",
+                 "True or False", id="bcast(check=1)"),
+    # callbacks
+    bad(train_digits, epochs=1, callback="print", names="callback",
+        allowed=r"function callback\(history\) or None"),
+    bad(speed.best_time, "x", names="fn", allowed="function fn()"),
+    bad(coursekit.cluster.start, 2, engine_env="x", names="engine_env",
+        allowed="dict of environment variables"),
+    pytest.param(on_ranks(2, lambda comm: time_collective(comm, "allreduce", "ring", HUGE * 10)),
+                 "nbytes", MEMORY, id="time_collective(nbytes=10**13)"),
+    pytest.param(on_ranks(2, lambda comm: time_collective(comm, "allreduce", "ring", 1.5)),
+                 "nbytes", "integer >= 1", id="time_collective(nbytes=1.5)"),
+    # models
+    pytest.param(on_ranks(2, lambda comm: train_zero(comm, "mlp", X4, Y4, stage=1, steps=1,
+                                                     batch_size=2, lr=0.1)),
+                 "mlp", r"MLP \(coursekit.nn.MLP\)", id="train_zero(mlp='mlp')"),
+    # data
+    bad(train_digits, data=(X4, Y4), names="data", allowed=DIGITS_DATA),
+    bad(mixed_precision_demos.compare_formats, data=(X4, Y4), names="data",
+        allowed=DIGITS_DATA),
+    bad(mixed_precision_demos.overflow, data="digits", names="data", allowed=DIGITS_DATA),
+    bad(mixed_precision_demos.underflow, data=[X4, Y4], names="data", allowed=DIGITS_DATA),
+]
+
+
+@pytest.mark.parametrize("call, names, allowed", CLASSES + SWEPT)
 def test_classes_of_bad_input(call, names, allowed):
     assert_clear(call, names, allowed)
 
@@ -859,6 +944,16 @@ def test_the_valid_forms_of_each_class_still_pass(tmp_path):
                       progress=np.bool_(False), on_update=seen.append)
     assert result.loss.shape[-1] == 1 and seen
     assert len(checkpoint.write(tmp_path / "a.ckpt", {"x": X4}, {}).name) > 0
+    # the swept entry points
+    assert checkpoint.Series(str(tmp_path), "x{key}-{part}", 2, "step", "rank").directory \
+        == tmp_path
+    assert speed.best_time(lambda: None, repeats=1, min_seconds=0.0) >= 0
+    assert sim.simulate_step(WORK, NET, overlap=np.False_, fp16=True).step_s > 0
+    assert Z.Sign(scaled=np.bool_(False)).name == "signsgd"
+    assert len(sim.trace_collective(4, 64, "hierarchical", ranks_per_node=np.int64(2))) == 4
+    assert run_local(lambda comm: C.allreduce(comm, np.ones(3), check=np.False_)[0], 2) == [2, 2]
+    history = train(mlp(), X4, Y4, epochs=1, progress=np.False_, callback=seen.append)
+    assert seen[-1] is not None and len(history.train_loss) == 1
 
 
 # ---- families of bad numbers, drawn by hypothesis; one exception type per kind of mistake ---

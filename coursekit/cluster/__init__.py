@@ -329,6 +329,12 @@ def start(
                    hint=" (compute threads per engine)")
     if engines not in ENGINE_LAUNCHERS:
         raise ValueError(f"engines must be one of {ENGINE_LAUNCHERS}, got {engines!r}")
+    if engine_env is not None and not (isinstance(engine_env, dict) and all(
+            isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool)
+            for k, v in engine_env.items())):
+        raise TypeError(f"engine_env must be a dict of environment variables (str names to "
+                        f"str or number values) or None; got {type(engine_env).__name__} "
+                        f"{engine_env!r:.60}")
     if os.environ.get(ENV_CLUSTER):
         return connect(n=n, size=n, timeout=timeout)
     if profile is not None:
@@ -443,6 +449,9 @@ def _ipython_dir() -> Path:
 
 
 def _profile_dir(profile: str) -> Path:
+    if not isinstance(profile, str) or not profile:
+        raise TypeError(f"profile must be an IPython profile name (a non-empty str) or None; "
+                        f"got {type(profile).__name__} {profile!r:.60}")
     path = _ipython_dir() / f"profile_{profile}"
     if not path.is_dir():
         raise ClusterError(

@@ -33,6 +33,9 @@ def scratch_dir(prefix: str = "coursekit-") -> Path:
     """A new folder in the temp folder, removed when this process ends (however it ends).
 
     ``prefix`` must start with ``coursekit-`` (the watcher removes nothing else)."""
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str starting with 'coursekit-'; got "
+                        f"{type(prefix).__name__} {prefix!r:.60}")
     if not prefix.startswith("coursekit-"):
         raise ValueError(f"prefix must start with 'coursekit-'; got {prefix!r}")
     path = Path(tempfile.mkdtemp(prefix=prefix))

@@ -115,6 +115,7 @@ def prepare(comm, collective: str, algorithms: Mapping[str, Callable], algorithm
     be able to hold the result: a writable C-contiguous array of ``x``'s shape and dtype.
     """
     check_comm(comm)
+    check = checks.boolean(check, "check")
     problem = None
     impl = ufunc = arr = None
     try:

@@ -35,6 +35,9 @@ def time_collective(comm, collective: str, algorithm: str, nbytes: int, repeats:
     """
     if collective not in FUNCTIONS:
         raise ValueError(f"unknown collective {collective!r}; allowed: {sorted(FUNCTIONS)}")
+    nbytes = checks.integer(nbytes, "nbytes", at_least=1)
+    repeats = checks.integer(repeats, "repeats", at_least=1)
+    checks.fits_in_memory(3 * nbytes, "nbytes", "a rank's input, its copy and the result")
     items = max(nbytes // 4 // (comm.size if collective in _SHARED else 1), 1)
     x = np.random.default_rng([seed, comm.rank]).standard_normal(items).astype(np.float32)
     kw = {"root": 0} if collective in _ROOTED else {}

@@ -35,6 +35,7 @@ def run_procs(fn, n: int, *args, timeout: float = 30.0, trace: bool = False,
     if not callable(fn):
         raise TypeError(f"run_procs needs a function fn(comm, ...), got {type(fn).__name__}")
     n = checks.integer(n, "n", at_least=1, hint=" (the number of processes: a positive int)")
+    trace = checks.boolean(trace, "trace")
     ctx = mp.get_context("spawn")
     up, downs = ctx.Queue(), [ctx.Queue() for _ in range(n)]
     procs = [ctx.Process(target=_rank_main, daemon=True, name=f"coursekit-rank-{r}",

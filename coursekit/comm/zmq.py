@@ -20,6 +20,19 @@ and leave its messages to the next one. ``comm.rejected`` counts the dropped fra
 ``comm.last_rejected`` says why the last one was dropped and the address it came from,
 and a CommTimeout names them too.
 
+Floods: the PULL socket's receive queue is unbounded (RCVHWM = 0) on purpose. A finite
+RCVHWM never drops on PULL: once a connection has that many unread messages, ZeroMQ stops
+reading it and the sender waits (TCP back-pressure), so a rank's buffered zero-copy
+``send`` would wait for its receiver, which the send contract above rules out. And it
+would bound nothing: the HWM counts messages per connection, not bytes, while an intruder
+picks the frame size and can open more connections. What holds instead
+(``tests/comm/test_comm_flood.py``): frames queued while a rank computes cost their bytes
+plus ZeroMQ's per-message overhead (100,000 frames of 100 bytes: ~31-36 MB, 310-360 B per
+frame, on a 2-core machine), ZeroMQ fair-queues the connections so a legit message is read
+past them, and a rank waiting in a receive drops them (~60 us per frame there). Keeping an
+intruder out before any frame is queued needs authentication at connect (CURVE with a
+ZAP handler), which would encrypt every message: not done.
+
 Cost: payloads up to ``frames.INLINE_MAX`` bytes are copied into one message with the
 header; larger C-contiguous arrays are sent zero-copy (``copy=False``): ``send`` returns
 when ZeroMQ has written them to the kernel, i.e. t = alpha + n / bw with no extra memcpy.
@@ -46,6 +59,8 @@ import os
 
 import numpy as np
 import zmq
+
+from coursekit import checks
 
 from . import cma, frames
 from .auth import FrameSealer, check_key
@@ -95,6 +110,8 @@ class Endpoint:
             raise TypeError("addresses must be a list of address strings, one per rank")
         if not (isinstance(rank, int) and 0 <= rank < len(addresses)):
             raise ValueError(f"rank must be in 0..{len(addresses) - 1}, got {rank!r}")
+        checks.boolean(trace, "trace")
+        checks.boolean(single_copy, "single_copy")
         if addresses[rank] != self.address:
             raise ValueError(f"addresses[{rank}] is {addresses[rank]!r} but this endpoint is bound "
                              f"to {self.address!r}: the list must be in rank order")

@@ -94,6 +94,8 @@ def measure_mlp(sizes, *, micro_batch: int, dtype=np.float32, optimizer: str = "
                          f"such optimizer; allowed: {', '.join(MEASURABLE_OPTIMIZERS)}")
     mlp = MLP(sizes, dtype=dtype, seed=seed)
     opt = MEASURABLE_OPTIMIZERS[optimizer](mlp.params, lr=0.1)
+    checks.fits_in_memory(2 * micro_batch * sum(mlp.sizes) * 8, "micro_batch",
+                          "the micro-batch's inputs and activations")
     rng = checks.rng(seed)
     X = rng.standard_normal((micro_batch, mlp.sizes[0])).astype(mlp.dtype)
     y = rng.integers(0, mlp.n_classes, micro_batch)

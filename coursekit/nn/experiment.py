@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from coursekit import checks
 from coursekit.data import Dataset, load_digits
 from coursekit.nn.mlp import MLP
 from coursekit.nn.train import History, train
@@ -47,7 +48,9 @@ def train_digits(
     callback=None,
 ) -> DigitsResult:
     """Train a 64-``hidden``-10 MLP with SGD on the digits (``data``, default :func:`load_digits`)."""
-    data = load_digits() if data is None else data
+    checks.callback(callback, "callback", "(history)")
+    data = load_digits() if data is None else checks.instance(
+        data, "data", Dataset, " (e.g. coursekit.data.load_digits()) or None")
     init_seed, shuffle_seed = np.random.SeedSequence(seed).spawn(2)  # independent streams
     model = MLP([data.n_features, hidden, data.n_classes], activation, seed=np.random.default_rng(init_seed))
     history = train(

@@ -32,6 +32,12 @@ RUNS = (("fp32", "fp32", False), ("fp16 + loss scaling", "fp16", True),
         ("bf16", "bf16", False), ("fp16, no scaling", "fp16", False))
 
 
+def _digits(data) -> Dataset:
+    """``data`` if it is a Dataset, the digits when None."""
+    return load_digits() if data is None else checks.instance(
+        data, "data", Dataset, " (e.g. coursekit.data.load_digits()) or None")
+
+
 def _digits_mlp(data: Dataset, hidden: int, seed, activation: str = "relu") -> MLP:
     return MLP([data.n_features, hidden, data.n_classes], activation, seed=seed)
 
@@ -77,7 +83,7 @@ def underflow(epochs: int = 20, *, hidden: int = 128, seed: int = 0, scale: floa
     can switch the unit on or off, an all-or-nothing change with a chance proportional to
     the rounding, so that part of the error grows like the square root of the rounding."""
     epochs = checks.integer(epochs, "epochs", at_least=0)
-    data = load_digits() if data is None else data
+    data = _digits(data)
     model = _digits_mlp(data, hidden, seed, activation)
     if epochs:
         train(model, data.X_train, data.y_train, epochs=epochs, seed=seed)
@@ -134,7 +140,7 @@ def compare_formats(seed: int = 0, *, epochs: int = 10, batch_size: int = 32, lr
     checks.integer(seed, "seed", at_least=0)
     loss_weight = checks.real(loss_weight, "loss_weight", above=0)
     lr = checks.real(lr, "lr", above=0)
-    data = load_digits() if data is None else data
+    data = _digits(data)
     init_seed, shuffle_seed = np.random.SeedSequence(seed).spawn(2)  # as chapter 1's train_digits
     model = _digits_mlp(data, hidden, np.random.default_rng(init_seed))
     histories: list[MixedHistory] = []
@@ -173,7 +179,7 @@ def overflow(initial_scale: float = 2.0**24, *, seed: int = 0, batch_size: int =
     were), until a step is taken or ``max_steps`` steps have run."""
     initial_scale = checks.real(initial_scale, "initial_scale", above=0)
     max_steps = checks.integer(max_steps, "max_steps", at_least=1)
-    data = load_digits() if data is None else data
+    data = _digits(data)
     model = _digits_mlp(data, hidden, seed)
     X, y = model.check_batch(data.X_train[:batch_size], data.y_train[:batch_size])
     peak, limit = _limit_scale(model, X, y)

@@ -22,6 +22,7 @@ import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  (loads the BLAS Numba calls, so it can be limited)
 from threadpoolctl import threadpool_limits
 
+from coursekit import checks
 from coursekit.nn import layout, reference
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import SGD
@@ -57,6 +58,8 @@ def single_thread():
 
 def best_time(fn, *, repeats: int = 5, min_seconds: float = 0.05) -> float:
     """Seconds per call of ``fn()``: calls are batched to last >= ``min_seconds``, best of ``repeats``."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function fn() to time; got {type(fn).__name__} {fn!r:.60}")
     fn()  # warm up (and compile)
     number, elapsed = 1, 0.0
     while True:
@@ -78,6 +81,9 @@ def best_time(fn, *, repeats: int = 5, min_seconds: float = 0.05) -> float:
 
 def measure_matmul_peak(n: int = 1024, dtype=np.float32, repeats: int = 5, min_seconds: float = 0.05) -> float:
     """FLOP/s of an (n x n) @ (n x n) product into a preallocated result: 2 n^3 / seconds."""
+    n = checks.integer(n, "n", at_least=1)
+    dtype = checks.float_dtype(dtype)
+    checks.fits_in_memory(n * n * (3 * dtype.itemsize + 8), "n", "three n x n matrices")
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
     c = np.empty_like(a)
@@ -86,6 +92,8 @@ def measure_matmul_peak(n: int = 1024, dtype=np.float32, repeats: int = 5, min_s
 
 def measure_bandwidth(nbytes: int = 64 * 2**20, repeats: int = 5) -> float:
     """Bytes/s of a large array copy, counting the read and the write (2 * nbytes per copy)."""
+    nbytes = checks.integer(nbytes, "nbytes", at_least=8)
+    checks.fits_in_memory(2 * nbytes, "nbytes", "the source and destination arrays")
     src = np.ones(nbytes // 8)
     dst = np.empty_like(src)
     return 2 * src.nbytes / best_time(lambda: np.copyto(dst, src), repeats=repeats)
@@ -243,6 +251,7 @@ def training_steps(model: MLP, X, y, lr: float = 0.01, *, torch: bool = True) ->
     ``step.params`` (NumPy contestants) or ``step.net`` (PyTorch) exposes the copy, so tests
     can compare them. Only the softmax cross-entropy loss is supported here.
     """
+    checks.boolean(torch, "torch")
     if model.loss != "softmax_xent":
         raise ValueError(f"training_steps compares softmax_xent models; got loss={model.loss!r}")
     X, y = model.check_batch(X, y)

@@ -72,8 +72,8 @@ def train(
     if optimizer is not None and not callable(getattr(optimizer, "step", None)):
         raise TypeError(f"optimizer must have a step(grad) method (e.g. coursekit.nn.SGD); "
                         f"got {optimizer!r:.60}")
-    if callback is not None and not callable(callback):
-        raise TypeError(f"callback must be a function callback(history) or None; got {callback!r}")
+    checks.callback(callback, "callback", "(history)")
+    checks.boolean(progress, "progress")
     rng = checks.rng(seed)
     X, y = model.check_batch(X, y)  # once for the whole data set; batches skip the checks
     has_test = X_test is not None

@@ -274,6 +274,10 @@ class Series:
     part_unit: str
     fingerprint: object = None
 
+    def __post_init__(self):
+        object.__setattr__(self, "directory", Path(checks.path(self.directory, "directory")))
+        checks.integer(self.parts, "parts", at_least=1)
+
     def path(self, key: int, part: int) -> Path:
         return self.directory / self.template.format(key=key, part=part, parts=self.parts)
 

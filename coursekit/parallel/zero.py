@@ -234,6 +234,7 @@ def train_zero(comm, mlp: MLP, X, y, *, stage: int, steps: int, batch_size: int,
     Step t uses rows ``order[t*B:(t+1)*B]`` of a seeded permutation of X (B = batch_size),
     split over the ranks like ``np.array_split``: the batches a serial run takes.
     """
+    checks.instance(mlp, "mlp", MLP, " (coursekit.nn.MLP)")
     X, y = mlp.check_batch(X, y)
     steps = checks.integer(steps, "steps", at_least=1)
     batch_size = checks.integer(batch_size, "batch_size", at_least=comm.size)

@@ -162,6 +162,8 @@ def simulate_step(work: Workload, net: Network, *, algorithm: str = "ring",
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}; allowed: {ALGORITHMS}")
     checks.real(launch_s, "launch_s", at_least=0)
+    checks.boolean(overlap, "overlap")
+    checks.boolean(fp16, "fp16")
     if stragglers is not None:
         checks.instance(stragglers, "stragglers", Stragglers, " or None")
     slow = float(stragglers.factors(net.p).max()) if stragglers else 1.0

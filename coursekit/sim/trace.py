@@ -37,5 +37,7 @@ def trace_collective(p: int, nbytes: int, algorithm: str = "ring", *,
     checks.integer(nbytes, "nbytes", at_least=4, hint=" (a multiple of 4: float32 items)")
     if nbytes % 4:
         raise ValueError(f"nbytes must be a positive multiple of 4 (float32), got {nbytes!r}")
+    ranks_per_node = checks.integer(ranks_per_node, "ranks_per_node", at_least=1)
+    checks.fits_in_memory(2 * nbytes, "nbytes", "one rank's input and output")
     traces = run_local(_run, p, collective, algorithm, nbytes // 4, ranks_per_node)
     return programs_from_traces(traces)

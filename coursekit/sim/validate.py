@@ -60,6 +60,8 @@ def measure_and_simulate(runner, p: int, *, sizes=(64, 512, 512, 10), batch: int
     steps = checks.integer(steps, "steps", at_least=1)
     runner.check_ranks(p)
     nbytes = 4 * n_params(sizes)  # float32
+    checks.fits_in_memory(4 * p * nbytes, "sizes", f"{p} ranks' float32 parameters, gradients "
+                          f"and buffers (4 copies each)")
     link = measure.link(runner, "swap")
     gamma = measure.gamma(runner, nbytes, repeats=steps, ranks=p)
     rng = np.random.default_rng(seed)

@@ -1,14 +1,14 @@
 """Pack unsigned integer codes of ``width`` bits into bytes (so 1-bit signs cost n/8 bytes).
 
-``pack(codes, width)`` writes code i's bit j (least significant first) at bit i*width + j of
-the output; ``unpack(data, n, width)`` reads them back. ceil(n * width / 8) bytes.
-
-The byte count alone cannot always tell how many codes a payload holds (10 and 12 one-bit
-codes both fill 2 bytes), so a receiver expecting n codes could not see that the sender
-packed another number. ``pack_marked`` adds an **end mark**: a single 1 bit right after the
-last code, zeros after it, ceil((n * width + 1) / 8) bytes (one byte more than ``pack``
-only when n * width is a multiple of 8); ``unpack_marked(data, n, width)`` checks that the
-mark is at bit n * width and raises ValueError naming the count the payload holds otherwise.
+``pack_marked(codes, width)`` writes code i's bit j (least significant first) at bit
+i*width + j of the output, then an **end mark**: a single 1 bit right after the last code,
+zeros after it. ceil((n * width + 1) / 8) bytes: one byte more than the codes alone only
+when n * width is a multiple of 8. The byte count alone cannot always tell how many codes
+a payload holds (10 and 12 one-bit codes both fill 2 bytes), so without the mark a
+receiver expecting n codes could not see that the sender packed another number;
+``unpack_marked(data, n, width)`` reads the codes back, checks that the mark is at bit
+n * width and raises ValueError naming the count the payload holds otherwise. Every
+bit-packing compressor (sign, signSGD, Uniform, QSGD, TernGrad) uses it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 MAX_WIDTH = 16
-
-
-def packed_nbytes(n: int, width: int) -> int:
-    """ceil(n * width / 8)."""
-    return -(-n * width // 8)
 
 
 def marked_nbytes(n: int, width: int) -> int:
@@ -45,21 +40,9 @@ def _codes(bits: np.ndarray, n: int, width: int) -> np.ndarray:
                                                                             dtype=np.uint32)
 
 
-def pack(codes: np.ndarray, width: int) -> np.ndarray:
-    """uint8 array holding the low ``width`` bits of every code in ``codes``."""
-    return np.packbits(_bits(codes, width), bitorder="little")
-
-
-def unpack(data: np.ndarray, n: int, width: int) -> np.ndarray:
-    """The ``n`` codes (uint32) that :func:`pack` stored in ``data``."""
-    if data.size != packed_nbytes(n, width):
-        raise ValueError(f"{n} codes of {width} bits need {packed_nbytes(n, width)} bytes, "
-                         f"got {data.size}")
-    return _codes(np.unpackbits(data, count=n * width, bitorder="little"), n, width)
-
-
 def pack_marked(codes: np.ndarray, width: int) -> np.ndarray:
-    """:func:`pack` of ``codes`` followed by the end mark: one 1 bit, then zeros."""
+    """uint8 array holding the low ``width`` bits of every code in ``codes``, then the end
+    mark: one 1 bit, then zeros."""
     return np.packbits(np.append(_bits(codes, width), np.uint8(1)), bitorder="little")
 
 

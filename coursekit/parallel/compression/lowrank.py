@@ -49,8 +49,9 @@ class PowerSGD:
     @classmethod
     def for_mlp(cls, sizes, rank: int = 2, *, seed: int = 0) -> "PowerSGD":
         """Compress every weight matrix W of an MLP with these layer sizes; biases stay dense."""
-        from coursekit.nn.layout import layer_slices
+        from coursekit.nn.layout import check_fits, layer_slices
 
+        check_fits(sizes, 4)  # the float32 gradient it compresses
         return cls(rank, [(s.start, s.n_in, s.n_out) for s in layer_slices(sizes)], seed=seed)
 
     def _check_matrices(self, matrices):

@@ -7,18 +7,22 @@ compressor     formula                                                unbiased  
 =============  =====================================================  ========  ===================
 NoCompression  C(x) = x                                               yes       n s
 FP16           C(x) = fp16(x) (round to nearest half precision)       no        2 n
-Uniform(b)     C(x)_i = m/L round(L x_i / m), m = max|x|,             no        s + ceil(n b / 8)
+Uniform(b)     C(x)_i = m/L round(L x_i / m), m = max|x|,             no        s + ceil((nb+1)/8)
                L = 2^(b-1) - 1 levels on each side of zero
-QSGD(s)        C(x)_i = ||x||_2 sign(x_i) xi_i / s, xi_i in {l, l+1}  yes       s + ceil(n w / 8),
+QSGD(s)        C(x)_i = ||x||_2 sign(x_i) xi_i / s, xi_i in {l, l+1}  yes       s + ceil((nw+1)/8),
                with l = floor(s |x_i| / ||x||_2), P(xi_i = l + 1) =             w = ceil(log2(2s+1))
                s |x_i| / ||x||_2 - l  (Alistarh et al., NeurIPS 2017)
-TernGrad       C(x)_i = m sign(x_i) b_i, m = max|x|,                  yes       s + ceil(2 n / 8)
+TernGrad       C(x)_i = m sign(x_i) b_i, m = max|x|,                  yes       s + ceil((2n+1)/8)
                b_i ~ Bernoulli(|x_i| / m)  (Wen et al., NeurIPS 2017)
 =============  =====================================================  ========  ===================
 
 FP16 allreduces half-precision arrays (the sum is taken in fp16, as NCCL does); the others
-send a scale plus bit-packed integer codes (:mod:`.bitpack`) and are allgathered. TernGrad
-is QSGD with one level and the max norm instead of the Euclidean norm: both are
+send a scale plus bit-packed integer codes and their end mark (:func:`.bitpack.pack_marked`,
+the "+ 1" bit above) and are allgathered. The mark lets a rank see that a payload holds
+another number of codes than its gradient has elements, which the byte count alone cannot
+(10 and 12 TernGrad codes both fill 3 bytes): decompress raises ValueError naming both
+counts. It costs a byte only when n w is a multiple of 8. TernGrad is QSGD with one level
+and the max norm instead of the Euclidean norm: both are
 :class:`LevelQuantizer`, and so is the deterministic Uniform quantizer.
 """
 
@@ -77,7 +81,8 @@ class LevelQuantizer(Compressor):
     ``norm`` is "max" (m = max|x|) or "l2" (m = ||x||_2); ``stochastic`` rounds
     L |x_i| / m up with probability equal to its fractional part (unbiased), otherwise to
     the nearest level (biased). Payload: m (the gradient's dtype) then the codes
-    sign(x_i) q_i + L packed in w = ceil(log2(2L + 1)) bits each.
+    sign(x_i) q_i + L packed in w = ceil(log2(2L + 1)) bits each and the end mark:
+    s + ceil((n w + 1) / 8) bytes.
     """
 
     def __init__(self, levels: int, norm: str, stochastic: bool, rng=None):
@@ -110,17 +115,17 @@ class LevelQuantizer(Compressor):
         else:
             q = np.rint(scaled)
         codes = (np.where(x < 0, -q, q) + self.levels).astype(np.uint32)
-        return join(np.array([m], x.dtype), bitpack.pack(codes, self.width))
+        return join(np.array([m], x.dtype), bitpack.pack_marked(codes, self.width))
 
     def _decompress(self, data, n, dtype):
         m, packed = split(data, (dtype, 1), (np.uint8, -1))
-        codes = bitpack.unpack(packed, n, self.width).astype(np.int64) - self.levels
+        codes = bitpack.unpack_marked(packed, n, self.width).astype(np.int64) - self.levels
         return codes * (m[0] / self.levels)
 
 
 class Uniform(LevelQuantizer):
     """b-bit uniform quantization, nearest rounding: C(x)_i = m/L round(L x_i / m),
-    m = max|x|, L = 2^(b-1) - 1. s + ceil(n b / 8) bytes; biased (|error| <= m / 2L).
+    m = max|x|, L = 2^(b-1) - 1. s + ceil((n b + 1) / 8) bytes; biased (|error| <= m / 2L).
     ``bits`` in [2, 16] (b = 8 is the common INT8 gradient quantization)."""
 
     name = "uniform"
@@ -132,7 +137,7 @@ class Uniform(LevelQuantizer):
 
 class QSGD(LevelQuantizer):
     """QSGD with s levels: stochastic rounding of s |x_i| / ||x||_2. Unbiased;
-    s + ceil(n ceil(log2(2s+1)) / 8) bytes. ``levels`` s in [1, 32767]; ``rng`` a
+    s + ceil((n ceil(log2(2s+1)) + 1) / 8) bytes. ``levels`` s in [1, 32767]; ``rng`` a
     np.random.Generator (or int seed), one per rank."""
 
     name = "qsgd"
@@ -143,7 +148,7 @@ class QSGD(LevelQuantizer):
 
 class TernGrad(LevelQuantizer):
     """TernGrad: C(x)_i = max|x| sign(x_i) b_i, b_i ~ Bernoulli(|x_i| / max|x|).
-    Unbiased; s + ceil(2n / 8) bytes (a 2-bit code per element)."""
+    Unbiased; s + ceil((2n + 1) / 8) bytes (a 2-bit code per element, the end mark)."""
 
     name = "terngrad"
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from coursekit import checks
+
 from . import bitpack
 from .base import Compressor, join, split
 
@@ -38,7 +40,7 @@ class Sign(Compressor):
     step with the majority vote of their signs (signSGD, :meth:`aggregate`)."""
 
     def __init__(self, scaled: bool = True):
-        self.scaled = bool(scaled)
+        self.scaled = checks.boolean(scaled, "scaled")
         self.name = "sign" if self.scaled else "signsgd"
 
     def _compress(self, x):

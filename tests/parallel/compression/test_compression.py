@@ -54,16 +54,18 @@ def test_payload_bytes_match_the_documented_formulas(dtype):
     k = round(0.01 * N)
     expected = {
         "none": N * s, "fp16": 2 * N,
-        "uniform": s + -(-N * 8 // 8), "qsgd": s + -(-N * 4 // 8),  # 4 levels: 9 codes, 4 bits
-        "terngrad": s + -(-N * 2 // 8), "signsgd": -(-(N + 1) // 8), "sign": s + -(-(N + 1) // 8),  # + end mark
+        # codes + end mark; qsgd's 4 levels: 9 codes, 4 bits
+        "uniform": s + -(-(N * 8 + 1) // 8), "qsgd": s + -(-(N * 4 + 1) // 8),
+        "terngrad": s + -(-(N * 2 + 1) // 8), "signsgd": -(-(N + 1) // 8),
+        "sign": s + -(-(N + 1) // 8),
         "topk": k * (4 + s), "randomk": k * (4 + s),
         "threshold": int(np.sum(np.abs(x) >= 0.1)) * (4 + s),
         "powersgd": ((64 + 32) * 2 + (32 + 10) * 2 + 32 + 10) * s,  # (m + n) r + biases
     }
     for name in COMPRESSORS:
         assert build(name).compress(x).nbytes == expected[name], name
-    assert Uniform(3).compress(x).nbytes == s + -(-N * 3 // 8)
-    assert QSGD(1, rng=0).compress(x).nbytes == s + -(-N * 2 // 8)
+    assert Uniform(3).compress(x).nbytes == s + -(-(N * 3 + 1) // 8)
+    assert QSGD(1, rng=0).compress(x).nbytes == s + -(-(N * 2 + 1) // 8)
 
 
 # ---- unbiasedness: Monte Carlo with a tolerance from the estimator's own variance -----------
@@ -202,11 +204,11 @@ def test_ratio_one_topk_and_randomk_are_exact():
 @given(st.integers(1, 16), st.integers(0, 70), st.integers(0, 2**32 - 1))
 def test_bitpack_round_trips(width, n, seed):
     codes = np.random.default_rng(seed).integers(0, 2 ** width, n)
-    data = bitpack.pack(codes, width)
-    assert data.dtype == np.uint8 and data.size == -(-n * width // 8)
-    np.testing.assert_array_equal(bitpack.unpack(data, n, width), codes)
     marked = bitpack.pack_marked(codes, width)
-    assert marked.size == -(-(n * width + 1) // 8)
+    assert marked.dtype == np.uint8 and marked.size == -(-(n * width + 1) // 8)
+    bits = np.unpackbits(marked, bitorder="little")  # code i's bit j at i * width + j
+    assert all(bits[i * width + j] == (c >> j) & 1 for i, c in enumerate(codes)
+               for j in range(width))
     np.testing.assert_array_equal(bitpack.unpack_marked(marked, n, width), codes)
 
 
@@ -230,6 +232,21 @@ def test_sign_refuses_a_payload_of_another_number_of_signs():
         assert ten.nbytes == make().compress(np.linspace(-1, 1, 12)).nbytes  # same bytes
         with pytest.raises(ValueError, match="expected 12 codes .* holding 10 codes"):
             make().decompress(Compressed(ten.data, (12,), ten.dtype))
+
+
+def test_level_quantizers_refuse_a_payload_of_another_number_of_codes():
+    """TernGrad, QSGD and Uniform end their codes with the mark too. Pairs of counts whose
+    payloads have the same bytes, mark included: 9 and 11 codes of 2 bits (TernGrad, QSGD
+    with 1 level: 3 bytes), 12 and 13 of 4 bits (QSGD, 4 levels: 7), 16 and 18 of 3 bits
+    (Uniform(3): 7)."""
+    cases = ((lambda: TernGrad(rng=0), 9, 11), (lambda: TernGrad(rng=0), 11, 9),
+             (lambda: QSGD(1, rng=0), 9, 11), (lambda: QSGD(4, rng=0), 12, 13),
+             (lambda: QSGD(4, rng=0), 13, 12), (lambda: Uniform(3), 16, 18))
+    for make, held, expected in cases:
+        short = make().compress(np.linspace(-1, 1, held))
+        assert short.nbytes == make().compress(np.linspace(-1, 1, expected)).nbytes  # same bytes
+        with pytest.raises(ValueError, match=f"expected {expected} codes .* holding {held} codes"):
+            make().decompress(Compressed(short.data, (expected,), short.dtype))
 
 
 # ---- PowerSGD --------------------------------------------------------------------------------

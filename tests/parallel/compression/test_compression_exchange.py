@@ -162,7 +162,7 @@ def test_training_keeps_every_rank_identical_and_counts_bytes():
         np.testing.assert_array_equal(params, result.params[0])
     steps = result.steps_per_epoch
     n = result.n_params
-    assert result.payload_bytes[-1] == steps * (4 + -(-n * 4 // 8))
+    assert result.payload_bytes[-1] == steps * (4 + -(-(n * 4 + 1) // 8))  # codes + end mark
     assert result.wire_bytes[-1] == 2 * result.payload_bytes[-1]  # ring allgather, p=3
 
 
