@@ -50,14 +50,17 @@ assert alpha > 0 and beta > 0 and misfit < 0.5, (alpha, beta, misfit)  # a line 
 #
 # A gradient of the digits MLP (64 → 64 → 10, 4810 parameters, 19 KB in float32). Every
 # payload is one NumPy array, so its size is exactly what crosses the wire.
+# Packed codes (uniform, QSGD, TernGrad, sign) end with one 1 bit after the last code: a
+# rank that receives a payload of another length refuses it (one more byte when the codes
+# fill whole bytes).
 #
 # | compressor | formula | bytes | unbiased |
 # |---|---|---|---|
 # | fp16 | round to half precision | $2n$ | no |
-# | uniform $b$ bits | $\frac{m}{L}\,\mathrm{round}(L x_i/m)$, $m=\max|x|$, $L = 2^{b-1}-1$ | $4 + nb/8$ | no |
-# | QSGD $s$ levels | $\|x\|_2\,\mathrm{sign}(x_i)\,\xi_i/s$, stochastic rounding | $4 + n\lceil\log_2(2s+1)\rceil/8$ | yes |
-# | TernGrad | $\max|x|\,\mathrm{sign}(x_i)\,b_i$, $b_i\sim\mathrm{Bernoulli}(|x_i|/\max|x|)$ | $4 + 2n/8$ | yes |
-# | signSGD / scaled sign | $\mathrm{sign}(x_i)$ / $\frac{\|x\|_1}{n}\mathrm{sign}(x_i)$ | $n/8$ / $4 + n/8$ | no |
+# | uniform $b$ bits | $\frac{m}{L}\,\mathrm{round}(L x_i/m)$, $m=\max|x|$, $L = 2^{b-1}-1$ | $4 + \lceil (nb+1)/8 \rceil$ | no |
+# | QSGD $s$ levels | $\|x\|_2\,\mathrm{sign}(x_i)\,\xi_i/s$, stochastic rounding | $4 + \lceil (n\lceil\log_2(2s+1)\rceil + 1)/8 \rceil$ | yes |
+# | TernGrad | $\max|x|\,\mathrm{sign}(x_i)\,b_i$, $b_i\sim\mathrm{Bernoulli}(|x_i|/\max|x|)$ | $4 + \lceil (2n+1)/8 \rceil$ | yes |
+# | signSGD / scaled sign | $\mathrm{sign}(x_i)$ / $\frac{\|x\|_1}{n}\mathrm{sign}(x_i)$ | $\lceil (n+1)/8 \rceil$ / $4 + \lceil (n+1)/8 \rceil$ | no |
 # | top-k / random-k | $k$ largest $|x_i|$ / $k$ random ones $\times\, n/k$ | $8k$ | no / yes |
 # | threshold $\tau$ | every $x_i$ with $|x_i| \ge \tau$ | $8k$, $k$ data dependent | no |
 # | PowerSGD rank $r$ | $\hat P Q^T$: $P = MQ$, $\hat P$ = orthonormalized $P$, $Q = M^T\hat P$ | $4(m+n)r$ per matrix | no |
@@ -85,8 +88,10 @@ for name, param, value, nbytes, ratio, err, how in rows:
     print(f"{name:10s} {p:>15s} {nbytes:7d} {ratio:7.1f}x {err:10.3f}  {how}")
 n, k = g.size, round(0.01 * g.size)
 matrices = [layer.W.shape for layer in mlp.layers]
-formula = {"none": 4 * n, "fp16": 2 * n, "uniform": 4 + n, "qsgd": 4 + -(-n * 4 // 8),
-           "terngrad": 4 + -(-2 * n // 8), "signsgd": -(-(n + 1) // 8),
+# the packed codes end with one mark bit, so a payload of another length is refused
+formula = {"none": 4 * n, "fp16": 2 * n, "uniform": 4 + -(-(8 * n + 1) // 8),
+           "qsgd": 4 + -(-(4 * n + 1) // 8), "terngrad": 4 + -(-(2 * n + 1) // 8),
+           "signsgd": -(-(n + 1) // 8),
            "sign": 4 + -(-(n + 1) // 8), "topk": 8 * k, "randomk": 8 * k,
            "threshold": 8 * int(np.sum(np.abs(g) >= 0.1)),  # k: the entries at or above tau
            "powersgd": sum(4 * (a + b) * 2 for a, b in matrices) + 4 * sum(b for _, b in matrices)}
