@@ -39,6 +39,7 @@ EXERCISES = [solution.stem for solution in release.solutions()]
 WRONG = {
     "00_latency_bandwidth": ("return intercept, 1.0 / slope", "return intercept, slope"),
     "01_backprop": ("delta.sum(axis=0)", "delta.mean(axis=0)"),
+    "01_chain_rule": ('g["b2"] = g["z2"].sum(axis=0)', 'g["b2"] = g["z2"].mean(axis=0)'),
     "02_collectives": ("return np.concatenate(chunks)", "return x"),  # ring_allreduce only
     "03_data_parallel": ("grad * (len(X) / batch_size)", "grad / comm.size"),
     "04_ssp_clock": ("clock - np.min(clocks) <= staleness", "clock - np.min(clocks) < staleness"),
@@ -195,7 +196,7 @@ def test_nbgrader_release_keeps_every_hint_above_its_stub(graded):
             indent = nb.HINT.match(hint)["indent"]
             assert f"{hint}\n{indent}# YOUR CODE HERE\n{indent}raise NotImplementedError()" in released, name
         hinted += [name] * bool(hints)
-    assert hinted == ["00_latency_bandwidth", "01_backprop", "04_ssp_clock", "05_pipeline_schedule"]
+    assert hinted == ["00_latency_bandwidth", "01_backprop", "01_chain_rule", "04_ssp_clock", "05_pipeline_schedule"]
 
 
 def test_release_nbgrader_writes_an_assignment_per_exercise_and_the_config(tmp_path, capsys):
