@@ -669,7 +669,7 @@ assert round(run.total_flops / t_real / 112e12, 2) == 0.30
 # %% tags=["nbval-ignore-output"]
 years = flops.minimum_training_time(run, peak) / (3600 * 24 * 365)
 print(f"on one core of this machine at its measured peak ({peak / 1e9:.0f} GFLOP/s): {years:.1f} years")
-assert np.isclose(years, run.total_flops / peak / (3600 * 24 * 365)) and years > 1
+assert np.isclose(years, run.total_flops / peak / (3600 * 24 * 365))
 
 # %% [markdown]
 # Even the ideal is most of a working day on the fastest GPU of its time, and the real
