@@ -406,9 +406,11 @@ print(f"chosen on validation: width {curve.chosen}; its test accuracy {curve.tes
 best = int(np.argmax(curve.val_accuracy))
 assert curve.chosen == val_config.widths[best]
 assert curve.val_accuracy[0] < 0.5 and curve.val_accuracy[best] >= 0.93
+assert np.all(np.diff(curve.val_accuracy[:4]) > 0) and np.ptp(curve.val_accuracy[-3:]) < 0.03  # climbs, levels off
 assert abs(curve.test_accuracy - curve.val_accuracy[best]) < 0.05
-print("PASS: the chosen width is the validation argmax; width 1 underfits (< 50 %); the chosen "
-      "network's test accuracy is within 5 points of its validation accuracy")
+print("PASS: the chosen width is the validation argmax; width 1 underfits (< 50 %), accuracy climbs to "
+      "width 8 and the widest three are within 3 points; the chosen network's test accuracy is within 5 "
+      "points of its validation accuracy")
 
 # %% [markdown]
 # One hidden unit cannot separate ten digits; accuracy climbs with the width and levels off.
