@@ -5,6 +5,7 @@
   with the training set's mean and standard deviation.
 * :func:`make_classification`, :func:`make_regression` - synthetic data of any size,
   for speed experiments and for tests.
+* :func:`validation_split` - a validation set held out of the training rows (model selection).
 * :func:`shard` - the rows one rank of ``size`` owns (data parallelism).
 * :func:`minibatches` - shuffled mini-batches, a fresh order every epoch.
 """
@@ -17,7 +18,9 @@ import numpy as np
 
 from coursekit import checks
 
-__all__ = ["Dataset", "load_digits", "make_classification", "make_regression", "minibatches", "shard"]
+__all__ = [
+    "Dataset", "load_digits", "make_classification", "make_regression", "minibatches", "shard", "validation_split",
+]
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,33 @@ def _check_rows(X, y) -> None:
             raise TypeError(f"{name} must be an array with one row per sample; got {arr!r:.60}")
     if len(X) != len(y):
         raise ValueError(f"X and y must have the same number of rows; got {len(X)} and {len(y)}")
+
+
+def validation_split(X, y, fraction: float = 0.2, seed=0):
+    """(X_fit, y_fit, X_val, y_val): ``fraction`` of the rows of (X, y) held out for validation.
+
+    The workflow of the lecture: fit on the rest, choose settings by the validation score,
+    then report the test set once. Integer labels are split per class (stratified, as
+    :func:`load_digits` splits off its test set: round(fraction * class size) rows of each
+    class); float targets are split at random. Both parts keep at least one row.
+    Returns copies in a seeded random order.
+    """
+    fraction = checks.real(fraction, "fraction", above=0, below=1)
+    rng = checks.rng(seed)
+    _check_rows(X, y)
+    X, y = np.asarray(X), np.asarray(y)
+    if y.ndim == 1 and y.dtype.kind in "iu":
+        held = np.concatenate([idx[: int(round(fraction * len(idx)))]
+                               for idx in (rng.permutation(np.flatnonzero(y == c)) for c in np.unique(y))])
+    else:
+        held = rng.permutation(len(X))[: int(round(fraction * len(X)))]
+    if not 0 < len(held) < len(X):
+        raise ValueError(f"fraction={fraction} of {len(X)} rows leaves an empty "
+                         f"{'validation' if not len(held) else 'training'} part; use more rows or another fraction")
+    is_val = np.zeros(len(X), dtype=bool)
+    is_val[held] = True
+    fit, val = rng.permutation(np.flatnonzero(~is_val)), rng.permutation(held)
+    return X[fit], y[fit], X[val], y[val]
 
 
 def shard(X, y, rank: int, size: int):

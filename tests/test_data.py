@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits as sk_digits
 
-from coursekit.data import load_digits, make_classification, make_regression, minibatches, shard
+from coursekit.data import load_digits, make_classification, make_regression, minibatches, shard, validation_split
 
 
 def test_digits_split_is_fixed_stratified_and_standardized():
@@ -88,3 +88,31 @@ def test_minibatches_cover_every_row_once_and_reshuffle():
     np.testing.assert_array_equal(np.concatenate([b[1] for b in minibatches(X, y, 3)]), y)
     with pytest.raises(ValueError, match="batch_size=0"):
         next(minibatches(X, y, 0))
+
+
+def test_validation_split_partitions_the_rows_stratified_and_seeded():
+    X = np.arange(200, dtype=float).reshape(100, 2)
+    y = np.repeat(np.arange(4), 25)
+    X_fit, y_fit, X_val, y_val = validation_split(X, y, 0.2, seed=1)
+    assert len(X_val) == 20 and len(X_fit) == 80
+    assert sorted(np.concatenate([X_fit[:, 0], X_val[:, 0]])) == sorted(X[:, 0])  # a partition
+    assert np.array_equal((X_val[:, 0] // 2) // 25, y_val) and np.array_equal((X_fit[:, 0] // 2) // 25, y_fit)
+    assert np.bincount(y_val).tolist() == [5, 5, 5, 5]  # round(0.2 * 25) of each class
+    assert np.array_equal(X[(X_val[:, 0] // 2).astype(int), 1], X_val[:, 1])  # rows stay whole
+    again = validation_split(X, y, 0.2, seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip(again, (X_fit, y_fit, X_val, y_val)))
+    targets = validation_split(X, np.linspace(0, 1, 100), 0.3, seed=0)  # float targets: a random 30
+    assert len(targets[2]) == 30
+
+
+@pytest.mark.parametrize("args, error, match", [
+    ((np.zeros((10, 2)), np.zeros(10, int), 0.0), ValueError, "fraction"),
+    ((np.zeros((10, 2)), np.zeros(10, int), 1.0), ValueError, "fraction"),
+    ((np.zeros((10, 2)), np.zeros(10, int), 0.01), ValueError, "empty validation part"),
+    ((np.zeros((1, 2)), np.zeros(1, int), 0.9), ValueError, "empty training part"),
+    ((np.zeros((10, 2)), np.zeros(9, int), 0.2), ValueError, "same number of rows"),
+    ((np.zeros((10, 2)), np.zeros(10, int), "a"), TypeError, "fraction"),
+])
+def test_validation_split_rejects_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        validation_split(*args)

@@ -6,6 +6,10 @@
 * :class:`SGD`, :class:`Momentum`, :class:`LARS`, :func:`train` - optimization on the flat buffer.
 * :func:`gradcheck` - backprop against central finite differences.
 * :mod:`~coursekit.nn.flops` - FLOP counts, the lecture's CNN table, minimum training time.
+* foundations: :mod:`~coursekit.nn.chain_rule` (backprop derived, each step checked),
+  :mod:`~coursekit.nn.descent` (dL ~ -r ||g||^2), :mod:`~coursekit.nn.batch_size` (GD, SGD,
+  mini-batch), :mod:`~coursekit.nn.model_selection` (train / validation / test),
+  :mod:`~coursekit.nn.layer_work` (the lecture's per-layer work table).
 """
 
 from coursekit.nn.gradcheck import GradcheckResult, gradcheck

@@ -8,6 +8,12 @@
 # Then we ask the lecture's question: why is training **compute-bound**, and how long
 # must it take at the very least?
 #
+# It starts from the foundations (section 0): the backpropagation equations derived with
+# the chain, product and sum rules, and why a gradient step lowers the loss. Section 3
+# adds full-batch gradient descent against SGD and mini-batches, a train / validation /
+# test workflow, and whether small batches generalize better; section 5 the lecture's
+# work per layer type.
+#
 # Everything here runs in this notebook's own process; the cluster comes back in chapter 2.
 # The parameters of the model live in **one flat buffer** — the later chapters average,
 # shard and compress exactly that buffer.
@@ -20,7 +26,7 @@ import numpy as np
 
 from coursekit.data import load_digits
 from coursekit.nn import MLP, flops, gradcheck, reference, train
-from coursekit.viz import legend_outside, show
+from coursekit.viz import integer_ticks, legend_outside, series_color, show
 from coursekit.widgets.backprop import BackpropPanel, LivePlot
 
 digits = load_digits()
@@ -36,6 +42,128 @@ digits
 from coursekit.nn.warmup import warm_up
 
 print(warm_up())
+
+# %% [markdown]
+# ## 0. Foundations: where the equations come from
+#
+# Training fits a model $y = f(x, w)$ by minimizing the average loss $L(D, w) \ge 0$ over
+# the data set $D$. Gradient descent needs the **gradient**
+# $\nabla L = (\partial L/\partial w_1, \dots, \partial L/\partial w_k)$, the vector of partial
+# derivatives, each the limit $\partial L/\partial w_i = \lim_{h\to 0} \big(L(w + h e_i) - L(w)\big)/h$.
+# This section derives backpropagation from three rules of calculus, checks every step
+# numerically, and shows why a step against the gradient lowers the loss.
+#
+# ### 0.1 Backpropagation from the chain, product and sum rules
+#
+# Take a two-layer network, one sample per row ($n$ rows), a tanh hidden layer and
+# softmax + cross-entropy on a linear output:
+#
+# $$z_1 = X W_1 + b_1, \qquad a_1 = \tanh(z_1), \qquad z_2 = a_1 W_2 + b_2, \qquad
+#   L = -\frac{1}{n}\sum_i \log \mathrm{softmax}(z_{2,i})_{y_i}.$$
+#
+# The three rules, for scalars: the **chain rule** $\frac{dL}{du} = \frac{dL}{dv}\frac{dv}{du}$
+# when $L$ depends on $u$ through $v$; the **product rule** $d(uv) = v\,du + u\,dv$, so a term
+# $z = a w$ gives $\partial z/\partial w = a$ and $\partial z/\partial a = w$; the **sum rule**
+# $d(u+v) = du + dv$, so a quantity used in several places collects one term from each.
+# From the loss backwards:
+#
+# | gradient | rule | result |
+# |---|---|---|
+# | $\partial L/\partial z_2$ | differentiate the loss | $(\mathrm{softmax}(z_2) - \mathrm{onehot}(y))/n$ |
+# | $\partial L/\partial W_2$ | product rule on $z_2[i,k] = \sum_j a_1[i,j] W_2[j,k] + b_2[k]$, sum rule over rows $i$ | $a_1^T\, \partial L/\partial z_2$ |
+# | $\partial L/\partial b_2$ | $\partial z_2[i,k]/\partial b_2[k] = 1$ in every row: sum rule | $\partial L/\partial z_2$ summed over rows |
+# | $\partial L/\partial a_1$ | $a_1[i,j]$ feeds every output $k$ with weight $W_2[j,k]$: product and sum rules | $\partial L/\partial z_2\, W_2^T$ |
+# | $\partial L/\partial z_1$ | chain rule through $a_1 = \tanh(z_1)$, $\tanh' = 1 - a_1^2$ | $\partial L/\partial a_1 \odot (1 - a_1^2)$ |
+# | $\partial L/\partial W_1$, $\partial L/\partial b_1$ | as for layer 2 | $X^T \partial L/\partial z_1$, rows summed |
+#
+# These are the lecture's four equations ($\delta^l = \partial L/\partial z^l$), derived. In code:
+
+# %%
+from coursekit.nn import chain_rule
+
+print(inspect.getsource(chain_rule.backward))
+
+# %% [markdown]
+# Now check **each intermediate on its own**: perturb one entry of it by $\pm\varepsilon$,
+# recompute the loss from that point on (`chain_rule.loss_from`), and take the central
+# difference $\big(L(u+\varepsilon) - L(u-\varepsilon)\big)/2\varepsilon$ ($\varepsilon = 10^{-6}$,
+# float64, error $O(\varepsilon^2)$ plus rounding of about $10^{-16}/\varepsilon$). A correct
+# rule agrees to better than $10^{-6}$ of the largest entry; a wrong one is off by order 1.
+# A 64-16-10 network on 8 digits:
+
+# %%
+net = chain_rule.TwoLayerNet.random(64, 16, 10, activation="tanh", seed=0)
+X8, y8 = digits.X_train[:8].astype(np.float64), digits.y_train[:8]
+analytic = chain_rule.backward(net, X8, y8)
+for name in chain_rule.INTERMEDIATES:
+    numeric = chain_rule.numeric_gradient(net, X8, y8, name)
+    rel = np.max(np.abs(analytic[name] - numeric)) / np.max(np.abs(numeric))
+    assert analytic[name].shape == numeric.shape and rel < 1e-6, (name, rel)
+    print(f"dL/d{name:<3} {str(numeric.shape):>9}: the rule agrees with central differences to < 1e-6")
+print("PASS: every intermediate of backpropagation equals its finite-difference estimate")
+
+# %% [markdown]
+# ### 0.2 Why a gradient step lowers the loss
+#
+# A step $w' = w - r\,\nabla L$ with learning rate $r > 0$ changes the loss by, to first order
+# (Taylor),
+#
+# $$\Delta L = L(w') - L(w) \approx \nabla L \cdot (w' - w) = -r\,\lVert \nabla L \rVert^2 \le 0 .$$
+#
+# The next term is $\tfrac{r^2}{2} \nabla L^T H \nabla L$ ($H$ the matrix of second
+# derivatives), so the prediction's relative error grows like $r$, and for a large enough $r$
+# the step overshoots and the loss rises. We measure it with full-batch gradient descent
+# on all 1,347 training images (a 64-32-10 tanh network, float64, one thread): predicted
+# against actual $\Delta L$ for 10 steps at three rates.
+
+# %%
+from coursekit.nn import descent
+from coursekit.nn.speed import single_thread
+
+net = chain_rule.TwoLayerNet.random(64, 32, 10, activation="tanh", seed=0)
+X_all, y_all = digits.X_train.astype(np.float64), digits.y_train
+with single_thread():
+    gd = {r: descent.gd_steps(net, X_all, y_all, r, 10) for r in (0.01, 0.1, 1.0)}
+print(f"{'rate':>6}{'step 1: predicted':>19}{'actual':>10}{'largest relative error over 10 steps':>39}")
+for r, s in gd.items():
+    print(f"{r:>6}{s.predicted[0]:>19.4f}{s.actual[0]:>10.4f}{s.rel_error.max():>39.1%}")
+assert all(np.all(s.predicted < 0) and np.all(s.actual < 0) for s in gd.values())
+assert gd[0.01].rel_error.max() < 0.01
+assert 5 < gd[0.1].rel_error.max() / gd[0.01].rel_error.max() < 20  # ~ proportional to r
+assert gd[1.0].rel_error.max() > 0.1
+print("PASS: every step lowered the loss; at r = 0.01 the prediction is within 1 %, "
+      "and its error grows about tenfold per tenfold rate")
+
+# %% [markdown]
+# Every step descends, and the first-order prediction is excellent for small steps and
+# degrades in proportion to $r$. Where does it break? One step of each rate from the same
+# weights, rates from 0.01 to 100:
+
+# %%
+with single_thread():
+    sweep = descent.lr_sweep(net, X_all, y_all, np.geomspace(0.01, 100, 13))
+print(f"{'rate':>8}{'predicted dL':>14}{'actual dL':>11}")
+for r, p, a in zip(sweep.lrs, sweep.predicted, sweep.actual):
+    print(f"{r:>8.3g}{p:>14.3g}{a:>11.3g}")
+rise = sweep.first_rise
+# a second-order estimate from the smallest step: (r^2/2) g'Hg = actual - predicted, so the
+# quadratic model rises for r > 2 ||g||^2 / g'Hg = r_small / (relative error at r_small)
+r_quad = sweep.lrs[0] * sweep.predicted[0] / (sweep.predicted[0] - sweep.actual[0])
+print(f"the loss first rises at r = {rise:.3g}; the quadratic model from the smallest step predicts r ≈ {r_quad:.0f}")
+assert np.all(sweep.predicted < 0)
+assert np.all(sweep.actual[sweep.lrs < rise] < 0) and np.all(sweep.actual[sweep.lrs >= rise] > 0)
+assert 1 < rise < 100 and sweep.actual[-1] > 0
+assert rise / 5 < r_quad < rise * 5
+print(f"PASS: below r = {rise:.3g} every step descends; from it on the loss rises although the "
+      "first-order prediction still says it falls; the quadratic estimate is within a factor 5")
+
+# %% [markdown]
+# The first-order prediction always says "down" (it is $-r\lVert\nabla L\rVert^2$); beyond the
+# rate printed above the loss goes up instead: the step is too long for the curvature of the
+# loss, and the quadratic term wins. The quadratic model measured at the smallest step
+# gets the order of magnitude of that rate. Practical rates (section 3 trains with 0.1 and
+# sees spikes at 1) sit well below it, since a mini-batch gradient is noisier than this
+# full-batch one and the curvature changes along the way.
 
 # %% [markdown]
 # ## 1. From the lecture's equations to code
@@ -86,6 +214,7 @@ for x in range(3):
     dW_lecture += np.outer(delta, a_prev[x])  # delta^l (a^{l-1})^T
     assert np.allclose(grad_a_prev[x], W_lecture.T @ delta)  # (W^l)^T delta^l
 print("dC/dW equal:", np.allclose(dW, dW_lecture.T))
+assert np.allclose(dW, dW_lecture.T)
 
 # %% [markdown]
 # ### The model: one flat parameter buffer
@@ -103,6 +232,8 @@ for layer in mlp.layers:
           f"a view: {np.shares_memory(layer.W, mlp.params)}")
 loss, grad = mlp.loss_and_grad(digits.X_train[:32], digits.y_train[:32])
 print(f"loss {loss:.3f} (ln 10 = {np.log(10):.3f} for a random guess); grad: {grad.shape} {grad.dtype}")
+assert all(np.shares_memory(layer.W, mlp.params) for layer in mlp.layers)
+assert np.log(10) - 0.5 < loss < 2 * np.log(10) and grad.shape == mlp.params.shape == (64 * 32 + 32 + 32 * 10 + 10,)
 
 # %% [markdown]
 # ## 2. Gradient check
@@ -139,6 +270,7 @@ live(history, force=True)  # draw the final state (the plot skips redraws closer
 print(f"test accuracy {history.test_accuracy[-1]:.1%} after {history.epochs} epochs, "
       f"{len(history.step_loss)} SGD steps in {history.seconds:.2f} s")
 assert history.test_accuracy[-1] >= 0.95
+assert len(history.step_loss) == history.epochs * -(-len(digits.X_train) // 32)  # 20 x ceil(1347 / 32)
 
 # %% [markdown]
 # How large can the learning rate be? The same 20 epochs at three rates:
@@ -182,6 +314,148 @@ panel.run()  # the same as pressing Run: the default settings
 print(panel.status.value)
 
 # %% [markdown]
+# ### 3.1 Full-batch gradient descent, SGD and mini-batch SGD
+#
+# The lecture's gradient descent computes $L(D, w)$ over the **whole** data set for every
+# update: one update per pass. Mini-batch SGD shuffles $D$, splits it into batches of $b$
+# rows and updates after each: an epoch makes $S = \lceil n/b \rceil$ updates. $b = 1$ is
+# stochastic gradient descent (SGD), $b = n$ full-batch gradient descent (GD). The forward
+# pass keeps every layer's activations for the backward pass, so a step holds
+# $b \cdot (n_0 + n_1 + \dots + n_L)$ numbers: memory grows with $b$ while the updates per
+# epoch fall as $1/b$. The three on the digits (64-32-10 relu, float64, 10 epochs, the same
+# initial weights; the rate follows chapter 3's square-root rule, $0.1\sqrt{b/32}$):
+
+# %%
+from coursekit.nn.batch_size import BatchConfig, compare_batch_sizes, updates_per_epoch
+
+n_train = len(digits.X_train)
+batch_config = BatchConfig(batch_sizes=(1, 32, n_train), epochs=10)
+batch_runs = {run.batch_size: run for run in compare_batch_sizes(batch_config, digits)}
+method = {1: "SGD, b = 1", 32: "mini-batch, b = 32", n_train: f"full-batch GD, b = {n_train}"}
+print(f"{'':24}{'rate':>6}{'updates/epoch':>15}{'activations/step':>18}{'loss after 10 epochs':>22}")
+for b, run in batch_runs.items():
+    print(f"{method[b]:24}{run.lr:>6.3f}{run.updates_per_epoch:>15,}{run.activation_bytes:>12,} bytes"
+          f"{'≈' + format(run.loss[-1], '.2g'):>22}")
+for b, run in batch_runs.items():
+    assert run.updates_per_epoch == updates_per_epoch(n_train, b) == -(-n_train // b)
+    assert run.activation_bytes == b * sum((64, 32, 10)) * 8  # b x sum(widths) x itemsize
+sgd, mini, full = (batch_runs[b] for b in (1, 32, n_train))
+assert sgd.loss[-1] < mini.loss[-1] < full.loss[-1]
+assert sgd.loss[0] < full.loss[-1]
+print("PASS: updates per epoch = ceil(n / b) and activation bytes = b x 106 x 8, exactly; after the same "
+      "10 epochs SGD's loss < mini-batch's < GD's, and SGD's first epoch beats GD's ten")
+
+# %% [markdown]
+# Per epoch, more updates win: ten GD steps do less than one epoch of SGD. But an epoch of
+# SGD is 1,347 tiny steps, each paying Python's and the kernels' call overhead, while GD's
+# single step is one large, efficient product. The wall-clock view (this machine, one
+# thread; noise can reorder close times, so only the cost per update, which differs by
+# orders of magnitude, is asserted):
+
+# %% tags=["nbval-ignore-output"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), layout="constrained")
+epochs_axis = np.arange(1, batch_config.epochs + 1)
+for i, (b, run) in enumerate(batch_runs.items()):
+    axes[0].semilogy(epochs_axis, run.loss, "o-", color=series_color(i), label=method[b])
+    axes[1].loglog(run.seconds, run.loss, "o-", color=series_color(i), label=method[b])
+axes[0].set(xlabel="epoch", ylabel="training loss", title="loss against epochs")
+integer_ticks(axes[0])
+axes[1].set(xlabel="wall time [s]", ylabel="training loss", title="loss against wall time")
+legend_outside(axes[1])
+show()
+per_update = {b: run.seconds[-1] / (run.updates_per_epoch * batch_config.epochs) for b, run in batch_runs.items()}
+for b, run in batch_runs.items():
+    print(f"{method[b]:24}: {run.seconds[-1] / batch_config.epochs * 1e3:7.1f} ms per epoch, "
+          f"{per_update[b] * 1e6:9.1f} us per update")
+assert per_update[n_train] > 10 * per_update[1]
+print("PASS: a full-batch update costs more than 10 SGD updates")
+
+# %% [markdown]
+# ### 3.2 Train, validation, test
+#
+# `load_digits` gives a training and a test set. To **choose** a setting (here the hidden
+# width) we must not look at the test set, or its accuracy stops being an honest estimate
+# of the accuracy on new data. The lecture's workflow: hold a validation set out of the
+# training set (`coursekit.data.validation_split`: 20 % of each class), fit one network
+# per setting on the rest, pick the setting with the best validation accuracy, and report
+# the test accuracy of that one network, once.
+
+# %%
+from coursekit.data import validation_split
+from coursekit.nn.model_selection import ValidationConfig, validation_curve
+
+val_config = ValidationConfig(widths=(1, 2, 4, 8, 16, 32, 64), epochs=10)
+curve = validation_curve(val_config, digits)
+held_out = sum(round(0.2 * np.sum(digits.y_train == c)) for c in range(10))
+print(f"fit on {curve.n_fit} rows, validate on {curve.n_val}; the test set's {len(digits.X_test)} rows are "
+      f"used once")
+assert curve.n_val == held_out and curve.n_fit + curve.n_val == n_train
+
+# %% tags=["nbval-ignore-output"]
+fig, ax = plt.subplots(figsize=(7, 3.5))
+ax.semilogx(val_config.widths, curve.train_accuracy, "o-", color=series_color(0), label="training (fit) rows")
+ax.semilogx(val_config.widths, curve.val_accuracy, "o-", color=series_color(1), label="validation rows")
+ax.axvline(curve.chosen, color="gray", ls=":", lw=1)
+ax.set(xlabel="hidden width", ylabel="accuracy", title="validation curve: 64-width-10, 10 epochs")
+ax.set_xticks(val_config.widths, [str(w) for w in val_config.widths])
+legend_outside(ax)
+show()
+for w, fit, val in zip(val_config.widths, curve.train_accuracy, curve.val_accuracy):
+    print(f"width {w:>2}: training {fit:6.1%}, validation {val:6.1%}")
+print(f"chosen on validation: width {curve.chosen}; its test accuracy {curve.test_accuracy:.1%}")
+best = int(np.argmax(curve.val_accuracy))
+assert curve.chosen == val_config.widths[best]
+assert curve.val_accuracy[0] < 0.5 and curve.val_accuracy[best] >= 0.93
+assert np.all(np.diff(curve.val_accuracy[:4]) > 0) and np.ptp(curve.val_accuracy[-3:]) < 0.03  # climbs, levels off
+assert abs(curve.test_accuracy - curve.val_accuracy[best]) < 0.05
+print("PASS: the chosen width is the validation argmax; width 1 underfits (< 50 %), accuracy climbs to "
+      "width 8 and the widest three are within 3 points; the chosen network's test accuracy is within 5 "
+      "points of its validation accuracy")
+
+# %% [markdown]
+# One hidden unit cannot separate ten digits; accuracy climbs with the width and levels off.
+# Among the widths that level off, the differences are a few validation images (1 image
+# = 0.4 %), so the chosen width can move with the seed; the test accuracy, measured once,
+# stays close to the validation accuracy that chose it.
+#
+# ### 3.3 Do small batches generalize better?
+#
+# Some argue for small batches (the Russian deck; Keskar et al. 2017: large batches settle
+# in sharp minima that generalize worse). The measure is the **generalization gap**,
+# training accuracy minus test accuracy. Batch 8 against batch 256, the same 20 epochs,
+# the rate scaled with the batch by chapter 3's linear rule ($0.1 \cdot b/32$: 0.025 and
+# 0.8), three seeds each:
+
+# %%
+gaps = {8: [], 256: []}
+for seed in range(3):
+    for run in compare_batch_sizes(BatchConfig(batch_sizes=(8, 256), epochs=20, lr_rule="linear", seed=seed),
+                                   digits):
+        gaps[run.batch_size].append(run)
+
+# %% tags=["nbval-ignore-output"]
+for b, runs_b in gaps.items():
+    print(f"batch {b:>3}: training accuracy " + " ".join(f"{r.train_accuracy:.1%}" for r in runs_b)
+          + ", test " + " ".join(f"{r.test_accuracy:.1%}" for r in runs_b)
+          + ", gap " + " ".join(f"{r.gap:.1%}" for r in runs_b))
+mean_gap = {b: np.mean([r.gap for r in runs_b]) for b, runs_b in gaps.items()}
+spread = max(r.gap for runs_b in gaps.values() for r in runs_b) - min(r.gap for runs_b in gaps.values() for r in runs_b)
+print(f"mean gap: batch 8 {mean_gap[8]:.1%}, batch 256 {mean_gap[256]:.1%}; "
+      f"gaps range over {spread:.1%} across all six runs")
+assert all(r.train_accuracy >= 0.99 for runs_b in gaps.values() for r in runs_b)
+assert abs(mean_gap[8] - mean_gap[256]) < spread
+print("PASS: both batch sizes fit the training set (>= 99 %), and the difference of their mean gaps "
+      "is smaller than the spread of the gaps across seeds")
+
+# %% [markdown]
+# **The digits do not show it.** Both batch sizes fit the training set almost perfectly,
+# and their gaps differ by less than the seeds alone move them. The effect reported for
+# large batches needs larger models and data sets (ImageNet-scale networks, batches of
+# thousands), where it is also contested: with the rate scaled and warmed up, batches of
+# 8,192 images train ResNet-50 to the small-batch accuracy (Goyal et al. 2017; chapter 7).
+# What the digits do show is in 3.1: per epoch, small batches make more progress.
+
+# %% [markdown]
 # ## 4. How fast is a training step?
 #
 # The same SGD step — forward, backward, update, same weights, same batch — in up to four
@@ -221,7 +495,6 @@ print("PASS: backward is ~1x forward here (the first layer, 98.7 % of the work, 
 
 # %% tags=["nbval-ignore-output"]
 from coursekit.nn.speed import best_time, measure_bandwidth, measure_matmul_peak, single_thread, training_steps
-from coursekit.viz import series_color
 
 configs = {"64-128-10, batch 32": ((64, 128, 10), 32), "784-256-10, batch 256": ((784, 256, 10), 256)}
 steps = {}
@@ -316,6 +589,63 @@ for w in flops.CNN_WORKLOADS.values():
 # %%
 print(f"VGG 16 FC layers {flops.VGG16_FC}: {flops.dense_macs(flops.VGG16_FC) / 1e6:.1f}M MACs")
 print(f"Overfeat fast FC layers {flops.OVERFEAT_FAST_FC}: {flops.dense_macs(flops.OVERFEAT_FAST_FC) / 1e6:.1f}M MACs")
+assert round(flops.dense_macs(flops.VGG16_FC) / 1e6, 1) == 123.6 and round(flops.dense_macs(flops.OVERFEAT_FAST_FC) / 1e6, 1) == 129.9
+assert flops.CNN_WORKLOADS["VGG 16"].fc_macs == 130e6 and flops.CNN_WORKLOADS["Overfeat fast"].fc_macs == 124e6  # the slip
+
+# %% [markdown]
+# ### Work per layer type
+#
+# The lecture's second table gives the work of one iteration per layer type, for a
+# mini-batch of $N$ images of $C$ channels of $H \times W$ pixels: activation, pooling and
+# batch norm are $O(NCHW)$ for each of $y$, $\partial w$ and $\partial x$ (pooling has no
+# weights); a fully connected layer is $C_{out} C_{in} N$ MACs for each; a direct
+# convolution with $K_x \times K_y$ kernels is $N C_{out} C_{in} H' W' K_x K_y$ for $y$ and
+# $\partial w$, and the table writes $N C_{out} C_{in} H W K_x K_y$ for $\partial x$
+# (`coursekit.nn.layer_work`, the formulas in its docstring). For one 3×3 layer of ResNet-50's
+# second stage (64 channels, 56×56) at $N = 32$, the layers around it, and its last FC layer:
+
+# %%
+from coursekit.nn import layer_work
+from coursekit.sim import resnet50
+
+N = 32
+table = [layer_work.conv_work(N, 64, 64, 56, 56, 3, 3)] + [
+    layer_work.elementwise_work(kind, N, 64, 56, 56) for kind in layer_work.ELEMENTWISE] + [
+    layer_work.fc_work(N, 2048, 1000)]
+print(f"{'layer':<18}{'y':>8}{'dw':>8}{'dx':>8}")
+for row in table:
+    print(f"{row.layer:<18}{si(row.y):>8}{si(row.dw) if row.dw else '-':>8}{si(row.dx):>8}")
+conv, fc = table[0], table[-1]
+assert conv.y == conv.dw == conv.dx == N * 64 * 64 * 56 * 56 * 3 * 3  # stride 1, same padding: H'W' = HW
+assert conv.y == 64 * 3 * 3 * table[1].y  # C_in Kx Ky = 576 MACs per output element
+assert fc.y == fc.dw == fc.dx == N * 2048 * 1000
+print("PASS: the rows equal the table's formulas; the convolution does 576x the work of each elementwise layer")
+
+# %% [markdown]
+# Checked against chapter 1's counts: the fully connected rows, summed over the layers of
+# §4's 784-256-10 network (without the first layer's $\partial x$, which training never needs),
+# are exactly the step FLOPs of `flops.mlp_step_flops` (2 FLOPs per MAC); the convolution
+# rows at $N = 1$ are the per-image MACs of ResNet-50's layers in `coursekit.sim.resnet50`,
+# strided ones included. For a strided layer the table's $\partial x$ (input size $H W$) is
+# $s^2$ times its $y$: the direct loop visits every input pixel and kernel tap, although only
+# $1/s^2$ of those pairs meet a stride position.
+
+# %%
+for first in (False, True):
+    fc_layers = [layer_work.fc_work(256, a, b) for a, b in ((784, 256), (256, 10))]
+    macs = layer_work.training_macs(fc_layers, first_input_grad=first)
+    assert {k: 2 * v for k, v in macs.items()} == flops.mlp_step_flops((784, 256, 10), 256, first_input_grad=first)
+layer_macs = {layer.name: layer.macs for layer in resnet50.layers()}
+conv1 = layer_work.conv_work(1, 3, 64, 224, 224, 7, 7, stride=2)
+checked = {"conv1": conv1, "conv2_1b": layer_work.conv_work(1, 64, 64, 56, 56, 3, 3),
+           "conv3_1a": layer_work.conv_work(1, 256, 128, 56, 56, 1, 1, stride=2),
+           "fc": layer_work.fc_work(1, 2048, 1000)}
+for name, work in checked.items():
+    assert work.y == layer_macs[name], name
+    print(f"ResNet-50 {name:<9}: y {si(work.y):>6} MACs = coursekit.sim.resnet50; table's dx {si(work.dx):>6}")
+assert conv1.dx == 4 * conv1.y
+print(f"PASS: FC rows = flops.mlp_step_flops for 784-256-10 at batch 256 ({2 * macs['total'] / 1e6:.0f} MFLOP with "
+      "the first dx); conv rows = ResNet-50's layer MACs; stride 2 makes the table's dx 4x y")
 
 # %% [markdown]
 # ## 6. The least time ResNet-50 can take
@@ -334,10 +664,14 @@ print(f"90 epochs  : {run.total_flops / 1e18:.2f} EFLOP")
 print(f"minimum    : {t_min:,.0f} s = {t_min / 3600:.1f} h on one V100 at 112 TFLOP/s")
 print(f"measured   : MXNet, 1,457 images/s -> {t_real:,.0f} s = {t_real / 3600:.1f} h "
       f"({run.total_flops / t_real / 112e12:.0%} of peak)")
+assert np.isclose(t_min, run.total_flops / 112e12) and round(t_min) == 24_069
+assert np.isclose(t_real, run.samples * run.epochs / 1457) and round(t_real) == 79_067
+assert round(run.total_flops / t_real / 112e12, 2) == 0.30
 
 # %% tags=["nbval-ignore-output"]
 years = flops.minimum_training_time(run, peak) / (3600 * 24 * 365)
 print(f"on one core of this machine at its measured peak ({peak / 1e9:.0f} GFLOP/s): {years:.1f} years")
+assert np.isclose(years, run.total_flops / peak / (3600 * 24 * 365))
 
 # %% [markdown]
 # Even the ideal is most of a working day on the fastest GPU of its time, and the real
@@ -422,8 +756,14 @@ if device == "cuda":
 # %% [markdown]
 # ## Summary
 #
-# * Backpropagation is three matrix products and two elementwise steps per layer; a
-#   gradient check against central differences catches any slip.
+# * Backpropagation is the chain, product and sum rules applied from the loss backwards:
+#   three matrix products and two elementwise steps per layer; a gradient check against
+#   central differences catches any slip, intermediate by intermediate.
+# * A step against the gradient changes the loss by about $-r\lVert\nabla L\rVert^2$: always
+#   down for a small rate, up once the rate outgrows the loss's curvature.
+# * Small batches make more updates per epoch and hold fewer activations per step; full
+#   batches make fewer, costlier updates. Settings are chosen on a validation set, the test
+#   set is used once; on the digits, small batches do not generalize measurably better.
 # * The parameters and the gradient are **one flat buffer** — in chapter 3 data-parallel
 #   workers will average exactly this buffer with one allreduce.
 # * For small networks, overhead per operation dominates: compiling the whole step
@@ -432,4 +772,6 @@ if device == "cuda":
 #   PyTorch eager by more. For large ones everything is matrix products, and the only way
 #   to go faster is more FLOP/s: GPUs, then many GPUs.
 #
-# Exercise: `exercises/01_backprop.ipynb` — write `layer_backward` yourself.
+# Exercises: `exercises/01_backprop.ipynb` — write `layer_backward` yourself;
+# `exercises/01_chain_rule.ipynb` — derive the two-layer backward pass of a sigmoid network
+# with the quadratic cost from the chain rule, checked against finite differences.

@@ -84,6 +84,7 @@ mlp = MLP([64, 32, 10], "tanh", dtype=np.float64, seed=0)
 X, y = digits.X_train[:64], digits.y_train[:64]
 mine = my_loss_and_grad(mlp.params, mlp.sizes, mlp.activation, X, y)[1]
 print("same gradient as the Numba MLP:", np.allclose(mine, mlp.loss_and_grad(X, y)[1]))
+assert np.allclose(mine, mlp.loss_and_grad(X, y)[1]), "your backward pass and the Numba MLP disagree"
 
 # %% [markdown]
 # And train with it: plain mini-batch SGD, $w \leftarrow w - \eta\, g$, five epochs.
