@@ -23,14 +23,16 @@ LIVE_MIN_SPAN_S = 0.05
 
 
 def label(config, topology) -> str:
-    """'SSP s=2, 3 workers, 1 server, straggler 5 ms' for legends (``config``: a PSConfig,
+    """'SSP s=2, 3 workers, 1 server, straggler 5 ms, slow server 30 ms' for legends (``config``: a PSConfig,
     ``topology``: the PSTopology it runs on); ', lr 0.3' where the learning rate is not the
     default."""
     name = f"SSP s={config.staleness}" if config.model == "ssp" else config.model.upper()
     slow = max(config.straggler.values(), default=0.0)
+    slow_server = max(config.server_delay.values(), default=0.0)
     plural = lambda n, what: f"{n} {what}{'s' if n != 1 else ''}"  # noqa: E731
     return (f"{name}, {plural(topology.workers, 'worker')}, {plural(topology.servers, 'server')}"
             + (f", straggler {slow * 1e3:g} ms" if slow else "")
+            + (f", slow server {slow_server * 1e3:g} ms" if slow_server else "")
             + (f", lr {config.lr:.3g}" if config.lr != type(config).__dataclass_fields__["lr"].default
                else ""))
 

@@ -31,7 +31,8 @@ __all__ = ["ParamServerPanel"]
 
 
 class ParamServerPanel(Panel):
-    """Controls: consistency model, staleness bound, workers, servers, straggler delay; Run.
+    """Controls: consistency model, staleness bound, workers, servers, straggler delay, slow
+    server (the last shard sleeps that long in every update it applies); Run.
 
     ``max_ranks`` bounds servers + workers (None: the runner's or cluster's size); ``base``
     holds every other setting (steps, lr ...); ``device`` ("cpu", "cuda", "auto"; None:
@@ -62,10 +63,13 @@ class ParamServerPanel(Panel):
                                          style=style)
         self.delay = widgets.FloatSlider(0.0, min=0.0, max=20.0, step=1.0, readout_format=".0f",
                                          description="straggler [ms]", style=style)
+        self.slow_server = widgets.FloatSlider(0.0, min=0.0, max=60.0, step=5.0, readout_format=".0f",
+                                               description="slow server [ms]", style=style)
         self.live = hide_when_empty(widgets.Image(format="png"))
         self.model.observe(lambda _: self._sync_controls(), names="value")
         self._sync_controls()
-        super().__init__([self.model, self.staleness, self.workers, self.servers, self.delay],
+        super().__init__([self.model, self.staleness, self.workers, self.servers, self.delay,
+                          self.slow_server],
                          keep_runs=True, outputs=[self.live],
                          hint="Pick a consistency model and press Run.", **panel_options)
 
@@ -81,11 +85,12 @@ class ParamServerPanel(Panel):
 
     def config(self) -> PSConfig:
         """The PSConfig the other controls describe."""
-        delay = self.delay.value / 1e3
+        delay, slow = self.delay.value / 1e3, self.slow_server.value / 1e3
         return dataclasses.replace(
             self.base, model=self.model.value,
             staleness=self.staleness.value if self.model.value == "ssp" else 0,
-            straggler={self.workers.value - 1: delay} if delay else {})
+            straggler={self.workers.value - 1: delay} if delay else {},
+            server_delay={self.servers.value - 1: slow} if slow else {})
 
     def compute(self):
         """Run with the current settings, following the workers live."""

@@ -5,6 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from coursekit.parallel.param_server import PSConfig, PSTopology, train  # noqa: E402
+from coursekit.parallel.param_server.pace import measured_iteration_s  # noqa: E402
 from coursekit.cluster.runner import LocalRunner  # noqa: E402
 from coursekit.widgets.param_server import ParamServerPanel  # noqa: E402
 
@@ -65,3 +66,16 @@ def test_panel_refuses_more_ranks_than_it_has():
     panel.workers.value = 3
     assert panel.run() is None
     assert panel.status.value == "error: 2 server(s) + 3 worker(s) need more than the 4 ranks available"
+
+
+def test_a_slow_server_set_on_the_panel_sets_the_pace_of_bsp():
+    panel = ParamServerPanel(base=BASE, runner=LocalRunner(4))
+    panel.model.value = "bsp"
+    panel.workers.value, panel.servers.value = 2, 2
+    panel.slow_server.value = 20.0
+    panel.run()
+    (result,) = panel.results
+    assert result.config.server_delay == {1: 0.02}  # the last shard
+    # every BSP iteration waits for that shard's update, which sleeps 20 ms
+    assert measured_iteration_s(result) >= 0.02
+    assert "BSP, 2 workers, 2 servers, slow server 20 ms" in panel.status.value
