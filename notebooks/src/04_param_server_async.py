@@ -148,8 +148,9 @@ assert all(int(r.staleness.max()) <= bound for r, bound in ((bsp_j, 0), (ssp_j, 
 # ## 3. Try it: the panel
 #
 # Pick a consistency model, the staleness bound, the number of workers and of server
-# shards (together at most the 4 engines), and a straggler: the last worker sleeps that
-# long at every step. Run adds a run to the comparison: accuracy against **wall-clock
+# shards (together at most the 4 engines), a straggler (the last worker sleeps that long
+# at every step) and a slow server (the last shard sleeps that long in every update it
+# applies; section 6 measures what it costs). Run adds a run to the comparison: accuracy against **wall-clock
 # time** (what you wait for) and against **gradients applied** (what the optimizer got),
 # the staleness histogram and where each worker's time went. While it runs, the top plot
 # shows each worker's accuracy live.
