@@ -35,12 +35,14 @@ install: $(STAMP)
 # Students run and edit their own copies in $(WORKSPACE) (ignored by git), never the course's
 # tracked notebooks, so `make update` (git pull, then a cell-by-cell merge) never conflicts.
 # The links JupyterLab prints (with their token) open the first notebook, not the Launcher:
-# its default URL is /lab/tree/<path>, the same page the browser it starts opens.
+# its default URL is /lab/tree/<path>, the same page the browser it starts opens. The file
+# to run is the working copy's, by its absolute path: jupyter resolves it from the current
+# folder and refuses one outside root_dir.
 FIRST_NOTEBOOK := notebooks/00_setup.ipynb
 lab: $(STAMP)
 	$(BIN)/python -m coursekit workspace init --course $(CURDIR) --workspace $(WORKSPACE)
 	@echo "Starting JupyterLab on http://127.0.0.1:$(PORT)/lab/tree/$(FIRST_NOTEBOOK) (open the link with the token printed below)"
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(abspath $(WORKSPACE)) --LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(AS_ROOT) $(LAB_ARGS) $(FIRST_NOTEBOOK)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=$(abspath $(WORKSPACE)) --LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(AS_ROOT) $(LAB_ARGS) $(abspath $(WORKSPACE))/$(FIRST_NOTEBOOK)
 
 update:
 	@if git -C $(CURDIR) rev-parse --is-inside-work-tree >/dev/null 2>&1; then git -C $(CURDIR) pull --ff-only; fi

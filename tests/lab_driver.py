@@ -67,16 +67,27 @@ class Lab:
         self.token = self._wait_for_token(timeout)
 
     def _wait_for_token(self, timeout: float) -> str:
+        """The token of the server's printed link, once the server answers with it (jupyter
+        prints the link before it checks the file to run, and may exit right after)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             found = re.search(rf"127\.0\.0\.1:{self.port}/lab[^?\s]*\?token=([0-9a-f]+)", self.log())
-            if found:
+            if found and self._answers(found.group(1)):
                 return found.group(1)
             if self.process.poll() is not None:
                 break
             time.sleep(0.25)
         self.stop()
         raise RuntimeError(f"`make lab` did not start within {timeout} s:\n{self.log()[-3000:]}")
+
+    def _answers(self, token: str) -> bool:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/status",
+                                         headers={"Authorization": f"token {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status == 200
+        except OSError:  # not listening yet, or gone
+            return False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
