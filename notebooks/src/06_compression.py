@@ -496,6 +496,18 @@ print(f"teacher {best['teacher'] * 1e3:.1f} ms, student {best['student'] * 1e3:.
       f"same 64 inputs per row and the per-call overhead do not shrink)")
 
 # %% [markdown]
+# **Try it.** The temperature, the weight of the soft targets and the student's width:
+# every Run trains the teacher, then the same student alone and distilled (about as long
+# as one seed above), and draws them beside the earlier runs. One run is one seed: a
+# point's difference can be noise (above).
+
+# %%
+from coursekit.widgets.distill import DistillationPanel
+
+distill_panel = DistillationPanel(digits, base=distilled[0].config)
+distill_panel
+
+# %% [markdown]
 # ### 8c. The other levers, in one paragraph
 #
 # **INT8** (section 7) stays: 4x smaller weights and integer products, at a fraction of a
