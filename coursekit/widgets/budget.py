@@ -5,8 +5,8 @@ Thin by design: Run builds a :class:`~coursekit.parallel.budget.BudgetConfig` fr
 :func:`coursekit.parallel.budget.step_within_budget` on the panel's runner (its cluster's
 engines, or ``runner=LocalRunner(n)``). A strategy that does not fit is refused before any
 engine starts, and its :class:`~coursekit.parallel.budget.MemoryBudgetError` (bytes needed,
-the budget, what the other strategies need) is the status line; the picture shows every
-strategy's bytes per rank against the budget (:func:`coursekit.viz.budget.plot_budget`).
+the budget, what the other strategies need) is the status line; after a run, the picture
+shows every strategy's bytes per rank against the budget (:func:`coursekit.viz.budget.plot_budget`).
 """
 
 from __future__ import annotations
@@ -43,13 +43,11 @@ class BudgetPanel(Panel):
 
     def compute(self):
         """One step under the chosen strategy, or the refusal (before any engine starts)."""
-        config = self.config()
-        runner = self.runner()
-        self.plot.value = png(plot_budget(self.sizes, runner.size, config.budget_bytes,
-                                          itemsize=config.itemsize))
-        return step_within_budget(runner, config, *self.data)
+        return step_within_budget(self.runner(), self.config(), *self.data)
 
     def show(self, r) -> None:
         held = ", ".join(f"{b / 1e6:.2f}" for b in r.held_bytes.tolist())
         self.say(f"{r.config.strategy}: MB of parameters per engine {held} <= "
                  f"{r.config.budget_bytes / 1e6:g} MB; one step ran, loss {r.loss:.3f}")
+        self.plot.value = png(plot_budget(self.sizes, r.p, r.config.budget_bytes,
+                                          itemsize=r.config.itemsize))
