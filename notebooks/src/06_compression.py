@@ -220,6 +220,7 @@ assert vote.wire_bytes[-1] == steps * (vote.p - 1) * signs_nbytes
 assert runs["sign + EF"].final_accuracy >= runs["sign"].final_accuracy + 0.02
 assert abs(runs["sign + EF"].final_accuracy - dense) <= 0.01
 assert runs["signsgd"].final_accuracy < runs["sign + EF"].final_accuracy - 0.05
+assert np.diff(runs["signsgd"].test_accuracy).min() < -0.02  # it wanders: falls back at least once
 print("PASS: signSGD sends its 1-bit signs ((p - 1) payloads a step on the ring) and ends "
       "over 5 points below the scaled sign with error feedback, which is 2 points better "
       "than without it and within 1 point of uncompressed training")
