@@ -411,10 +411,12 @@ for p in (1, 2, 4):
 # share them, so at most about 2x can come from the compute, and the scatter still sends
 # the rows from rank 0 one message after another. The numbers move from run to run (a
 # p = 1 pass slowed by other work can make a ratio look larger than 2, seen: 5.9x), so the
-# cell asserts no speedup; on a node with a core (or a GPU) per engine the compute term
-# would fall as 1/p.
+# cell asserts no speedup, only that rank 0's compute lies inside each pass; on a node
+# with a core (or a GPU) per engine the compute term would fall as 1/p.
 
 # %% tags=["nbval-ignore-output"]
+for r in inference.values():  # rank 0's predict time lies inside each of its passes
+    assert np.all(r.compute_seconds <= r.seconds), (r.compute_seconds, r.seconds)
 for p, r in inference.items():
     print(f"p={p}: {r.best_seconds * 1e3:6.1f} ms per pass ({r.throughput / 1e3:6.0f}k rows/s, "
           f"{inference[1].best_seconds / r.best_seconds:.2f}x p=1); rank 0 computing "
