@@ -142,32 +142,54 @@ def steps(*moves):
 
 
 @dataclass
-class Visit:
-    """A chapter's panel: which control to move, and the status its Run must end with."""
+class PanelVisit:
+    """One of a chapter's panels (``index``: its place among the page's panels): which control
+    to move, and the status its Run must end with."""
 
-    notebook: str
     move: Callable
     expect: str  # regex the status line must match after Run
+    index: int = 0
+
+
+@dataclass
+class Visit:
+    """A chapter, run top to bottom, then each of ``panels`` moved and run in turn."""
+
+    notebook: str
+    panels: list
+
+
+def visit(notebook: str, *panels) -> Visit:
+    """``visit(name, (move, expect), (move, expect, index), ...)``."""
+    return Visit(notebook, [PanelVisit(*panel) for panel in panels])
 
 
 VISITS = [
-    Visit("01_backprop_numba", steps(slide("epochs", "ArrowLeft", 3), select("activation", "tanh")),
-          r"^test accuracy [\d.]+% after 17 epochs"),
-    Visit("02_collectives", select("collective", "bcast"),
-          r"^largest: [\d.e+-]+ ms measured, [\d.e+-]+ ms predicted$"),
+    visit("01_backprop_numba", (steps(slide("epochs", "ArrowLeft", 3), select("activation", "tanh")),
+                                r"^test accuracy [\d.]+% after 17 epochs")),
+    visit("02_collectives", (select("collective", "bcast"),
+                             r"^largest: [\d.e+-]+ ms measured, [\d.e+-]+ ms predicted$")),
     # local SGD: the "average every" slider is enabled once the exchange is "average"
-    Visit("03_data_parallel", steps(select("exchange", "average"), slide("average every", "ArrowRight", 3)),
-          r"^[\d.]+ ms/step on average = compute [\d.]+ \(slowest rank\) \+ communication"),
-    # section 5's crash is simulated: every engine lives on, the panel runs on the same cluster
-    Visit("04_param_server_async", toggle("BSP"),
-          r"^BSP, 3 workers, 1 server, straggler 5 ms: \d+ gradients"),
-    Visit("05_model_pipeline_parallel", select("schedule", "gpipe"),
-          r"^bubble 33\.3% of 4 x "),  # (p-1)/(m+p-1) with p=4, m=6 left by the notebook
-    Visit("06_compression", steps(select("compressor", "topk"), slide("ratio", "ArrowRight", 1)),
-          r"^topk ratio=0.03 \+ EF: [\d.]+% test"),
-    Visit("07_at_scale", toggle("hierarchical"), r"^2048 GPUs: efficiency [\d.]+%"),  # was: ring
-    Visit("08_memory", select("model", "gpt2-small"),
-          r"^3\.\d GB per GPU: fits on a 80 GB GPU; step \d+ ms"),  # was: the 7B model, 136 GB
+    visit("03_data_parallel", (steps(select("exchange", "average"), slide("average every", "ArrowRight", 3)),
+                               r"^[\d.]+ ms/step on average = compute [\d.]+ \(slowest rank\) \+ communication")),
+    # section 5's crash is simulated: every engine lives on, the panel runs on the same cluster;
+    # the slow server slider's first step is 5 ms
+    visit("04_param_server_async", (steps(toggle("BSP"), slide("slow server", "ArrowRight", 1)),
+                                    r"^BSP, 3 workers, 1 server, straggler 5 ms, slow server 5 ms: \d+ gradients")),
+    visit("05_model_pipeline_parallel",
+          (select("schedule", "gpipe"), r"^bubble 33\.3% of 4 x "),  # (p-1)/(m+p-1), p=4, m=6
+          (select("strategy", "layer split"),  # section 7's memory budget, 8 MB
+           r"^layer split: MB of parameters per engine [\d., ]+ <= 8 MB; one step ran", 1)),
+    visit("06_compression",
+          (steps(select("compressor", "topk"), slide("ratio", "ArrowRight", 1)), r"^topk ratio=0.03 \+ EF: [\d.]+% test"),
+          (slide("temperature T", "ArrowLeft", 2),  # section 8b's distillation, T 4 -> 3
+           r"^student 64-8-10, T=3, α=0.9: distilled [\d.]+%", 1)),
+    visit("07_at_scale",
+          (toggle("hierarchical"), r"^2048 GPUs: efficiency [\d.]+%"),  # was: ring
+          (slide("reader threads", "ArrowRight", 1),  # section 10's input pipeline
+           r"^step \d+ ms without prefetch \(model r \+ c = \d+ ms\), \d+ ms with it", 1)),
+    visit("08_memory", (select("model", "gpt2-small"),
+                        r"^3\.\d GB per GPU: fits on a 80 GB GPU; step \d+ ms")),  # was: the 7B model, 136 GB
 ]
 
 
@@ -177,21 +199,22 @@ def test_chapter_panel_runs_in_the_browser(lab, page, visit):
     assert_reads_well(page)  # the stored notebook, before it runs
     run_all_cells(page, timeout_ms=180_000)
     assert_reads_well(page)
-    panel = page.locator(".ck-panel").first  # chapter 7 has a second one (the input pipeline's)
-    status, plot = panel.locator(".ck-status"), panel.locator(".ck-plot")
-    panel.scroll_into_view_if_needed()
-    # a panel whose last setting was refused shows no picture (chapter 5 ends on one)
-    before_text, before_plot = status.inner_text(), plot.screenshot() if plot.is_visible() else b""
+    for number, panel_visit in enumerate(visit.panels):
+        panel = page.locator(".ck-panel").nth(panel_visit.index)
+        status, plot = panel.locator(".ck-status"), panel.locator(".ck-plot")
+        panel.scroll_into_view_if_needed()
+        # a panel whose last setting was refused shows no picture (chapter 5's pipeline panel)
+        before_text, before_plot = status.inner_text(), plot.screenshot() if plot.is_visible() else b""
 
-    visit.move(panel)
-    click_run(page, panel, visit.expect, before_text)
-    plot_changed(page, plot, before_plot)
-    # a simulated chapter (5, 7) already showed the new setting before Run: wait again in
-    # case its Run was still going when the status first matched
-    wait_for_status(page, visit.expect, before_text)
-    panel.evaluate("element => element.scrollIntoView({block: 'start'})")  # controls on top
-    shoot(page, visit.notebook)
-    assert_reads_well(page)
+        panel_visit.move(panel)
+        click_run(page, panel, panel_visit.expect, before_text, panel_visit.index)
+        plot_changed(page, plot, before_plot)
+        # a simulated chapter (5, 7) already showed the new setting before Run: wait again in
+        # case its Run was still going when the status first matched
+        wait_for_status(page, panel_visit.expect, before_text, panel_visit.index)
+        panel.evaluate("element => element.scrollIntoView({block: 'start'})")  # controls on top
+        shoot(page, visit.notebook + (f"-{number}" if number else ""))
+        assert_reads_well(page)
     shut_down_kernel(page, lab)
     assert_no_cluster_left(lab)
 
@@ -214,30 +237,31 @@ def assert_no_cluster_left(lab, timeout: float = 30) -> None:
     assert left == [], "cluster processes outlived the kernel:\n" + "\n".join(map(describe, left))
 
 
-def click_run(page, panel, expect: str, before: str = "") -> None:
+def click_run(page, panel, expect: str, before: str = "", index: int = 0) -> None:
     """Click the panel's Run (a panel that recomputes on every change, chapter 8's, shows
     none); wait until the run ended with a status matching ``expect`` that differs from
-    ``before``."""
+    ``before`` (``index``: the panel's place among the page's panels)."""
     run = panel.locator(".ck-run")
     if run.is_visible():
         run.click()
-    wait_for_status(page, expect, before)
+    wait_for_status(page, expect, before, index)
 
 
-def wait_for_status(page, expect: str, before: str = "", timeout_ms: int = 120_000) -> None:
+def wait_for_status(page, expect: str, before: str = "", index: int = 0,
+                    timeout_ms: int = 120_000) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
         page.wait_for_function(
-            """([expect, before]) => {
-                const panel = document.querySelector('.ck-panel');
+            """([expect, before, index]) => {
+                const panel = document.querySelectorAll('.ck-panel')[index];
                 const text = panel.querySelector('.ck-status').innerText.trim();
                 return new RegExp(expect).test(text) && text !== before
                     && !panel.querySelector('.ck-run').disabled;
             }""",
-            arg=[expect, before.strip()], timeout=timeout_ms)
+            arg=[expect, before.strip(), index], timeout=timeout_ms)
     except PlaywrightTimeout:
-        status = page.locator(".ck-panel .ck-status").inner_text()
+        status = page.locator(".ck-panel").nth(index).locator(".ck-status").inner_text()
         raise AssertionError(f"the status never matched {expect!r}; it says: {status!r}") from None
 
 

@@ -21,7 +21,10 @@ from coursekit.widgets.panel import LiveRepr, Panel, png
 
 __all__ = ["BackpropPanel", "LivePlot"]
 
-BATCH_SIZES = (8, 16, 32, 64, 128, 256)
+DIGITS_TRAIN_ROWS = 1797 - 450  # load_digits' training rows at its default split (450 test images)
+# batch 1 is SGD, a batch of every training row full-batch gradient descent (chapter 1 §3.1)
+BATCH_SIZES = (("1", 1), ("8", 8), ("16", 16), ("32", 32), ("64", 64), ("128", 128),
+               ("256", 256), (f"all ({DIGITS_TRAIN_ROWS})", DIGITS_TRAIN_ROWS))
 
 
 class LivePlot(LiveRepr, widgets.Image):

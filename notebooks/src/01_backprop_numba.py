@@ -303,7 +303,9 @@ print("PASS: lr 0.1 smooth; lr 1 spikes then recovers; lr 3 diverges to NaN at c
 # Move the sliders and press **Run**. Things to try: learning rates of 1 and 3 (the panel
 # says when training diverges) and of 0.001 (crawling); 4 hidden units; sigmoid against
 # relu at the same learning rate; batch 8 against batch 256 for the same number of epochs
-# (more, noisier steps against fewer, smoother ones — chapter 3 comes back to this).
+# (more, noisier steps against fewer, smoother ones — chapter 3 comes back to this); the
+# two ends of the batch slider, 1 (SGD) and all 1347 rows (full-batch gradient descent,
+# one update per epoch), which section 3.1 compares.
 
 # %%
 panel = BackpropPanel()

@@ -253,9 +253,9 @@ print("PASS: constant drops by over 0.2 at N = 16; linear (with or without warm-
 # 128 examples per worker) makes the compute large enough to see next to the allreduce.
 # Everybody's step time follows the straggler: the others wait in the allreduce, so every
 # step lasts at least the straggler's compute (the cell checks this for each of the four
-# runs). How fast the step grows with that compute is noisy here (the slope of a line
-# fitted through the four runs, printed below): between about 0.7 and 2 in our runs on 2
-# idle cores, and as low as 0.1 with every core busy elsewhere. The straggler is made slow
+# runs, and that the step grows with it: a positive slope). How fast it grows is noisy
+# here (the slope of a line fitted through the four runs, printed below): between about
+# 0.7 and 2 in our runs on 2 idle cores, and as low as 0.1 with every core busy elsewhere. The straggler is made slow
 # by spinning on its core, and with 4 engines on 2 cores that takes CPU from the other
 # engines, whose own compute and
 # allreduce then stretch too (the cell below prints the slope and the others' compute);
@@ -270,6 +270,7 @@ show()
 # what the text says, on these measurements
 follows = np.polyfit(strag.straggler_compute, strag.time_per_step, 1)[0]  # slope
 assert np.all(strag.time_per_step >= strag.straggler_compute), (strag.time_per_step, strag.straggler_compute)
+assert follows > 0, (strag.straggler_compute, strag.time_per_step)  # its size is the noisy part
 
 # %% tags=["nbval-ignore-output"]
 print(f"slope {follows:.2f} ms of step per ms of straggler compute; the others' compute "

@@ -668,6 +668,19 @@ print(f"this machine's host memory: {host / 1e9:.1f} GB, {host / training_bytes:
       f"serial training step of our model needs ({training_bytes / 1e6:.0f} MB)")
 
 # %% [markdown]
+# **Try it.** Move the budget and pick a strategy: Run runs one step of the same model on
+# the engines, or refuses before any engine starts and says what each strategy would need.
+# Where does the layer split stop fitting? (Its ranks hold unequal halves: the first
+# layer, 64 × 512, is smaller than the others.)
+
+# %%
+from coursekit.widgets.budget import BudgetPanel
+
+budget_panel = BudgetPanel(mlp.sizes, (X, y), budget_mb=BUDGET / 1e6, cluster=c,
+                           restart=lambda: cluster.start(n=2), prepare=setup_comm)
+budget_panel
+
+# %% [markdown]
 # **AlexNet's two-GPU split** (Krizhevsky et al. 2012, the Spanish deck's example) is a
 # tensor split of every layer: each GTX 580 (3 GB) held half of every layer's kernels.
 # The GPUs exchanged data only at the layers whose kernels read **both** halves of the

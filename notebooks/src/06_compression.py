@@ -220,6 +220,7 @@ assert vote.wire_bytes[-1] == steps * (vote.p - 1) * signs_nbytes
 assert runs["sign + EF"].final_accuracy >= runs["sign"].final_accuracy + 0.02
 assert abs(runs["sign + EF"].final_accuracy - dense) <= 0.01
 assert runs["signsgd"].final_accuracy < runs["sign + EF"].final_accuracy - 0.05
+assert np.diff(runs["signsgd"].test_accuracy).min() < -0.02  # it wanders: falls back at least once
 print("PASS: signSGD sends its 1-bit signs ((p - 1) payloads a step on the ring) and ends "
       "over 5 points below the scaled sign with error feedback, which is 2 points better "
       "than without it and within 1 point of uncompressed training")
@@ -410,10 +411,12 @@ for p in (1, 2, 4):
 # share them, so at most about 2x can come from the compute, and the scatter still sends
 # the rows from rank 0 one message after another. The numbers move from run to run (a
 # p = 1 pass slowed by other work can make a ratio look larger than 2, seen: 5.9x), so the
-# cell asserts no speedup; on a node with a core (or a GPU) per engine the compute term
-# would fall as 1/p.
+# cell asserts no speedup, only that rank 0's compute lies inside each pass; on a node
+# with a core (or a GPU) per engine the compute term would fall as 1/p.
 
 # %% tags=["nbval-ignore-output"]
+for r in inference.values():  # rank 0's predict time lies inside each of its passes
+    assert np.all(r.compute_seconds <= r.seconds), (r.compute_seconds, r.seconds)
 for p, r in inference.items():
     print(f"p={p}: {r.best_seconds * 1e3:6.1f} ms per pass ({r.throughput / 1e3:6.0f}k rows/s, "
           f"{inference[1].best_seconds / r.best_seconds:.2f}x p=1); rank 0 computing "
@@ -494,6 +497,18 @@ print(f"teacher {best['teacher'] * 1e3:.1f} ms, student {best['student'] * 1e3:.
       f"{best['teacher'] / best['student']:.1f}x faster (the FLOPs say "
       f"{r.teacher_flops / r.student_flops:.0f}x; reading the "
       f"same 64 inputs per row and the per-call overhead do not shrink)")
+
+# %% [markdown]
+# **Try it.** The temperature, the weight of the soft targets and the student's width:
+# every Run trains the teacher, then the same student alone and distilled (about as long
+# as one seed above), and draws them beside the earlier runs. One run is one seed: a
+# point's difference can be noise (above).
+
+# %%
+from coursekit.widgets.distill import DistillationPanel
+
+distill_panel = DistillationPanel(digits, base=distilled[0].config)
+distill_panel
 
 # %% [markdown]
 # ### 8c. The other levers, in one paragraph

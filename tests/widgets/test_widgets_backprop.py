@@ -100,3 +100,17 @@ def test_live_plot_is_a_train_callback():
     assert throttled.value is first  # too soon: skipped
     throttled(h, force=True)
     assert throttled.value != first
+
+
+def test_the_batch_slider_spans_sgd_to_full_batch_gradient_descent(digits_f64):
+    from coursekit.widgets.backprop import DIGITS_TRAIN_ROWS
+
+    panel = BackpropPanel()
+    values = [value for _, value in panel.batch_size.options]
+    assert values[0] == 1  # SGD: one example per update
+    assert values[-1] == DIGITS_TRAIN_ROWS == len(digits_f64.X_train)  # one update per epoch
+    calls = []
+    panel.experiment = lambda callback, **kwargs: calls.append(kwargs["batch_size"])
+    panel.batch_size.value = values[-1]
+    panel.run()
+    assert calls == [DIGITS_TRAIN_ROWS]
