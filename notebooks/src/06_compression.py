@@ -452,6 +452,7 @@ accuracy = {name: np.array([getattr(r, f"{name}_accuracy") for r in distilled])
             for name in ("teacher", "alone", "distilled")}
 gain = accuracy["distilled"] - accuracy["alone"]
 assert accuracy["teacher"].mean() > accuracy["alone"].mean() + 0.01  # the teacher knows more
+assert accuracy["distilled"].mean() < accuracy["teacher"].mean()  # the student does not reach it
 assert gain.mean() > 0 and gain.min() > -0.01, gain  # helps on average, never hurts a point
 r = distilled[0]
 assert r.teacher_flops == 2 * (64 * 128 + 128 * 10) and r.student_flops == 2 * (64 * 8 + 8 * 10)
