@@ -1,0 +1,108 @@
+"""torch.distributed's default process group on the ranks of a course Comm.
+
+    with process_group(comm) as group:          # on every rank of comm (runner.run)
+        ddp = DistributedDataParallel(model)     # ranks in the comm's order
+
+Rank i of the group is rank i of ``comm`` (the cluster's order). The rendezvous is a
+``TCPStore`` that rank 0 opens on a free port of its own address (loopback when every rank
+shares a host, else the address its course Comm is bound to); the course Comm carries
+``host:port`` to the other ranks, so no port is fixed and nothing else is needed. The
+backend is gloo on CPU and NCCL when every rank sees a GPU (``backend="auto"``); each
+NCCL rank uses GPU ``local_rank % device_count``. Leaving the block destroys the group,
+so none outlives the experiment that made it (a group an interrupted run left behind is
+destroyed before a new one starts). Collectives that wait longer than the comm's timeout
+raise (gloo's timeout is set to it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import socket
+
+import numpy as np
+
+from coursekit import checks
+
+from .requirement import import_torch
+
+BACKENDS = ("auto", "gloo", "nccl")
+_ADDRESS_TAG = 0x7A11  # the one message that carries host:port from rank 0
+
+
+def _root(comm):
+    while hasattr(comm, "parent"):
+        comm = comm.parent
+    return comm
+
+
+def rendezvous_host(comm) -> str:
+    """Rank 0's address for the store (call on every rank): loopback when all ranks share
+    a host, else the address rank 0's course Comm is bound to."""
+    from coursekit.collectives import allgather
+    name = np.frombuffer(socket.gethostname().encode().ljust(64, b"\0")[:64], np.uint8)
+    names = allgather(comm, name.copy()).reshape(comm.size, name.size)
+    if (names == names[0]).all():
+        return "127.0.0.1"
+    root = _root(comm)
+    addresses = getattr(root, "addresses", None)
+    if addresses:  # ZmqComm: tcp://HOST:PORT of each parent rank
+        return addresses[root.rank].removeprefix("tcp://").rpartition(":")[0]
+    return socket.gethostbyname(socket.gethostname())
+
+
+def choose_backend(comm, backend: str = "auto") -> str:
+    """"gloo", or "nccl" when ``backend="auto"`` and every rank has a GPU."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    from coursekit.collectives import allreduce
+    torch = import_torch()
+    has_gpu = np.array([1.0 if torch.cuda.is_available() else 0.0])
+    return "nccl" if allreduce(comm, has_gpu, op="min")[0] == 1.0 else "gloo"
+
+
+def _share_address(comm, host: str, port: int) -> tuple[str, int]:
+    if comm.rank == 0:
+        text = np.frombuffer(f"{host}:{port}".encode(), np.uint8).copy()
+        for dest in range(1, comm.size):
+            comm.send(text, dest, tag=_ADDRESS_TAG)
+        return host, port
+    text = comm.recv(0, tag=_ADDRESS_TAG).tobytes().decode()
+    got_host, _, got_port = text.rpartition(":")
+    return got_host, int(got_port)
+
+
+@contextlib.contextmanager
+def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
+    """The default torch.distributed group on ``comm``'s ranks while the block runs.
+
+    Yields the group (``torch.distributed.group.WORLD``); ``timeout`` (seconds, default the
+    comm's) bounds the rendezvous and every collective.
+    """
+    torch = import_torch()
+    dist = torch.distributed
+    timeout = comm.timeout if timeout is None else checks.real(timeout, "timeout", above=0,
+                                                                hint=" (seconds)")
+    backend = choose_backend(comm, backend)
+    if dist.is_initialized():  # left by a run that was interrupted inside its block
+        dist.destroy_process_group()
+    limit = datetime.timedelta(seconds=timeout)
+    host = rendezvous_host(comm)
+    if comm.rank == 0:
+        store = dist.TCPStore(host, 0, comm.size, is_master=True, timeout=limit,
+                              wait_for_workers=False)
+        _share_address(comm, host, store.port)
+    else:
+        host, port = _share_address(comm, host, 0)
+        store = dist.TCPStore(host, port, comm.size, is_master=False, timeout=limit)
+    if backend == "nccl":
+        from coursekit.cluster import this_engine
+        torch.cuda.set_device(this_engine().local_rank % torch.cuda.device_count())
+    dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
+                            timeout=limit)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
