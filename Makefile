@@ -7,7 +7,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= test,mpi
+EXTRAS ?= test,mpi,torch
 comma  := ,
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)-$(subst $(comma),-,$(EXTRAS))
 PORT   ?= 8888

@@ -31,7 +31,18 @@ def pip_requirements() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lists = [project["dependencies"], *(v for k, v in project["optional-dependencies"].items()
                                         if k not in GPU_EXTRAS | INSTRUCTOR_EXTRAS)]
-    return dict(split(r) for group in lists for r in group)
+    return dict(split(r) for group in lists for r in group
+                if not r.startswith("coursekit["))  # an extra that names others (bench)
+
+
+def test_make_lab_installs_the_torch_extra_and_bench_reuses_its_pin():
+    """Chapter 09 runs PyTorch beside the course: the default EXTRAS install it, and the
+    bench extra pins no second version of it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [split(r)[0] for r in extras["torch"]] == ["torch"]
+    assert extras["bench"] == ["coursekit[torch]"]
+    default = re.search(r"^EXTRAS \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert default and "torch" in default.group(1).split(","), "make lab must install torch"
 
 
 def test_the_gpu_extras_offer_one_cupy_and_numba_cuda_for_cuda_12_and_13():

@@ -6,7 +6,9 @@
 Rank i of the group is rank i of ``comm`` (the cluster's order). The rendezvous is a
 ``TCPStore`` that rank 0 opens on a free port of its own address (loopback when every rank
 shares a host, else the address its course Comm is bound to); the course Comm carries
-``host:port`` to the other ranks, so no port is fixed and nothing else is needed. The
+``host:port`` to the other ranks, so no port is fixed and nothing else is needed. Gloo's
+own connections use the same address of each rank (``GLOO_SOCKET_IFNAME`` names its
+interface while the group is made), never an interface the course does not use. The
 backend is gloo on CPU and NCCL when every rank sees a GPU (``backend="auto"``); each
 NCCL rank uses GPU ``local_rank % device_count``. Leaving the block destroys the group,
 so none outlives the experiment that made it (a group an interrupted run left behind is
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import socket
 
 import numpy as np
@@ -36,9 +39,9 @@ def _root(comm):
     return comm
 
 
-def rendezvous_host(comm) -> str:
-    """Rank 0's address for the store (call on every rank): loopback when all ranks share
-    a host, else the address rank 0's course Comm is bound to."""
+def own_address(comm) -> str:
+    """This rank's address for torch's traffic (call on every rank): loopback when all ranks
+    share a host, else the address its course Comm is bound to (ZMQ), else its host name's."""
     from coursekit.collectives import allgather
     name = np.frombuffer(socket.gethostname().encode().ljust(64, b"\0")[:64], np.uint8)
     names = allgather(comm, name.copy()).reshape(comm.size, name.size)
@@ -49,6 +52,15 @@ def rendezvous_host(comm) -> str:
     if addresses:  # ZmqComm: tcp://HOST:PORT of each parent rank
         return addresses[root.rank].removeprefix("tcp://").rpartition(":")[0]
     return socket.gethostbyname(socket.gethostname())
+
+
+def interface_of(address: str) -> str:
+    """The name of the network interface that holds ``address`` ("lo" for 127.0.0.1)."""
+    import psutil
+    for name, entries in psutil.net_if_addrs().items():
+        if any(entry.family == socket.AF_INET and entry.address == address for entry in entries):
+            return name
+    raise ValueError(f"no network interface of this host has the address {address}")
 
 
 def choose_backend(comm, backend: str = "auto") -> str:
@@ -89,7 +101,7 @@ def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
     if dist.is_initialized():  # left by a run that was interrupted inside its block
         dist.destroy_process_group()
     limit = datetime.timedelta(seconds=timeout)
-    host = rendezvous_host(comm)
+    own = host = own_address(comm)
     if comm.rank == 0:
         store = dist.TCPStore(host, 0, comm.size, is_master=True, timeout=limit,
                               wait_for_workers=False)
@@ -100,8 +112,17 @@ def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
     if backend == "nccl":
         from coursekit.cluster import this_engine
         torch.cuda.set_device(this_engine().local_rank % torch.cuda.device_count())
-    dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
-                            timeout=limit)
+    # gloo connects the ranks through the interface this names (read when the group is made)
+    previous = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = interface_of(own)
+    try:
+        dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
+                                timeout=limit)
+    finally:
+        if previous is None:
+            del os.environ["GLOO_SOCKET_IFNAME"]
+        else:
+            os.environ["GLOO_SOCKET_IFNAME"] = previous
     try:
         yield dist.group.WORLD
     finally:

@@ -16,7 +16,7 @@
 # %%
 from coursekit.production.requirement import skip_rest_without_torch
 
-skip_rest_without_torch()
+HAVE_TORCH = skip_rest_without_torch()
 
 # %%
 import numpy as np
