@@ -695,7 +695,10 @@ pipeline_panel
 # %% [markdown]
 # ## 11. From coursekit to production
 #
-# Every piece of this course has a production counterpart:
+# Every piece of this course has a production counterpart. Chapter 09 (`09_production`)
+# runs the main ones beside the course's code on the same engines: MPI's own collectives,
+# DDP, ZeroRedundancyOptimizer and FSDP, torch's pipelining schedules and DDP's PowerSGD
+# hook, each asserted equal to the course's step and measured side by side.
 #
 # | coursekit | production |
 # |---|---|
