@@ -12,9 +12,9 @@ call gets the same float64 inputs on both sides (rank r's from the seed ``[seed,
 
 Sizes n are in bytes as :func:`coursekit.costmodel.predict` counts them (the whole vector:
 the reduced or broadcast array, the gathered result of allgather, one rank's input of
-reduce-scatter), rounded to p equal float64 blocks. A time is the median over ``repeats``
-calls of the slowest rank's call, each call after ``MPI_Barrier`` (the same barrier for
-every implementation); busbw is nccl-tests' bus bandwidth, n / t times 2(p-1)/p for
+reduce-scatter), rounded to p equal float64 blocks. A time is the median (and the best)
+over ``repeats`` calls of the slowest rank's call, each call after ``MPI_Barrier`` (the
+same barrier for every implementation); busbw is nccl-tests' bus bandwidth, n / t times 2(p-1)/p for
 allreduce, (p-1)/p for allgather and reduce-scatter, 1 for bcast
 (:func:`coursekit.costmodel.busbw`).
 
@@ -148,14 +148,16 @@ class Measurement:
     ``implementation``: ``"MPI"`` or the course's algorithm; ``transport``: ``"MPI"`` for
     the library (MPICH moves the bytes its own way) or the course Comm (``"MpiComm"``,
     ``"ZmqComm"``); ``seconds``: per size, the median over repeats of the slowest rank's
-    call; ``busbw``: B/s; ``error``: per size, the largest |course - MPI| in units of the
-    tolerance (module docstring; 0 for MPI itself, <= 1 is equal).
+    call; ``best``: the fastest of those calls (what load from other programs slows least);
+    ``busbw``: B/s, from ``seconds``; ``error``: per size, the largest |course - MPI| in
+    units of the tolerance (module docstring; 0 for MPI itself, <= 1 is equal).
     """
 
     collective: str
     implementation: str
     transport: str
     seconds: np.ndarray
+    best: np.ndarray
     busbw: np.ndarray
     error: np.ndarray
 
@@ -370,13 +372,13 @@ def experiment(runner, config: MpiCollectivesConfig, *, workers: int | None = No
             (algorithm, BACKENDS[name], name) for name in config.backends
             for algorithm in config.course_algorithms(collective)]
         for implementation, transport, name in sides:
-            per_rank = runs[name]
-            seconds = np.array([np.median(np.max([r[collective, implementation, s][0]
-                                                  for r in per_rank], axis=0))
-                                for s in range(len(nbytes))])
-            error = np.array([max(r[collective, implementation, s][1] for r in per_rank)
+            slowest = [np.max([r[collective, implementation, s][0] for r in runs[name]],
+                              axis=0) for s in range(len(nbytes))]  # per call: slowest rank
+            seconds = np.array([np.median(calls) for calls in slowest])
+            error = np.array([max(r[collective, implementation, s][1] for r in runs[name])
                               for s in range(len(nbytes))])
-            measurements.append(Measurement(collective, implementation, transport, seconds,
-                                            costmodel.busbw(collective, p, nbytes, seconds),
-                                            error))
+            measurements.append(Measurement(
+                collective, implementation, transport, seconds,
+                np.array([calls.min() for calls in slowest]),
+                costmodel.busbw(collective, p, nbytes, seconds), error))
     return MpiCollectivesResult(config, p, nbytes, tuple(measurements), library)

@@ -92,12 +92,15 @@ for p, run in mpi_runs.items():
     print(run.table(), end="\n\n")
     for x in run.measurements:  # busbw = n / t x the bus factor, from the measured times
         np.testing.assert_allclose(x.busbw, run.nbytes / x.seconds * factor[x.collective](p))
-smallest = {x.collective: x for x in mpi_runs[2].measurements if x.library}
-lead = {c: min(x.seconds[0] for x in mpi_runs[2].of(c) if not x.library) / smallest[c].seconds[0]
-        for c in smallest}
-assert all(v > 1 for v in lead.values()), lead
-print("PASS: at 1 KiB on 2 ranks MPI's call beats every course implementation: "
-      + ", ".join(f"{c} {v:.0f}x" for c, v in lead.items()))
+mpi_call = {x.collective: x for x in mpi_runs[2].measurements if x.library}
+lead = {c: min(x.best[0] for x in mpi_runs[2].of(c) if not x.library) / mpi_call[c].best[0]
+        for c in mpi_call}  # at 1 KiB on 2 ranks: the fastest course call's time / MPI's
+fastest = {side: min(x.best[0] for x in mpi_runs[2].measurements if x.library == side)
+           for side in (True, False)}
+assert fastest[True] < fastest[False], fastest  # what load rarely flips (see below)
+print(f"PASS: at 1 KiB on 2 ranks MPI's fastest call ({fastest[True] * 1e6:.0f} us) beats the "
+      f"course's fastest ({fastest[False] * 1e6:.0f} us). MPI's lead per collective: "
+      + ", ".join(f"{c} {v:.1f}x" for c, v in lead.items()))
 
 # %%
 plot_mpi_collectives(mpi_runs.values(), fig=plt.figure(figsize=(10, 5.4), layout="constrained"))
@@ -109,27 +112,35 @@ show()
 # - **Shared memory between ranks on one host.** MPICH passes a small message through a
 #   shared-memory cell that the receiver polls: no socket, no system call, no Python, a few
 #   microseconds. Above 8 KiB it copies once, straight from the sender's memory (CMA,
-#   `process_vm_readv`; `MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD = 8192` in this build). The course's MpiComm reaches the same transport through Python (a
-#   header per message, a poll loop that yields the core); ZmqComm goes through loopback TCP,
-#   single copy only from 256 KiB (chapter 2, section 1).
+#   `process_vm_readv`). For bcast and small allreduces it can skip messages altogether:
+#   the ranks of a node write into one shared buffer and wait on flags in it (its
+#   `release_gather` algorithms). The course's MpiComm reaches MPI's point-to-point
+#   transport through Python (a header per message, a poll loop that yields the core);
+#   ZmqComm goes through loopback TCP, single copy only from 256 KiB (chapter 2, section 1).
 # - **The algorithm is chosen per call, by message size and $p$.** MPICH's allreduce uses
 #   recursive doubling up to 2 KiB and Rabenseifner's reduce-scatter + allgather above
 #   (`MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE = 2048`); its bcast a binomial tree for short
 #   messages or fewer than 8 ranks, a scatter + allgather otherwise. With the course you pick
 #   `algorithm=` yourself, from chapter 2's crossover. (`mpivars`, installed with MPICH,
-#   lists these settings.)
+#   lists these settings and their defaults.)
 # - **The reduction runs in C** on the received buffer, and nothing checks the call: MPI
 #   trusts you to pass the same shapes on every rank (the course's `check=False`).
 #
-# What the numbers show. With **2 ranks**, one per core, MPI's calls are far faster at 1 KiB
-# (here 10 to 100 times; the check asserts only that MPI wins each of the four, the factor
-# depends on the machine): latency is where Python and sockets cost most. At 16 MiB both sides move the bytes with one copy and add
-# with vectorized loops, so the bus bandwidth is set by memory bandwidth and the gap closes;
-# which side is ahead there changes from run to run (not asserted). With **4 ranks** on this
-# machine's 2 cores, MPI loses most of its lead: a blocking MPI call spins while it waits
-# (MPICH yields the core only every 1000 polls), so a waiting rank burns the core its peer
-# needs, and a 1 KiB call takes milliseconds, like the course's. On a machine with a core
-# per rank that cost disappears. Never start more MPI ranks than cores.
+# What the numbers show. With **2 ranks**, one per core, MPI's calls are usually far faster
+# at 1 KiB (3 to 300 times in our runs): latency is where Python and sockets cost most. But
+# MPI waits by **spinning**: a rank that waits keeps its core and gives it up only now and
+# then (MPICH yields every 1000 polls). When other programs compete for the cores, a rank
+# can spin while the peer it waits for is not running, and a call costs milliseconds; on a
+# loaded machine we saw `MPI_Allreduce` or `MPI_Allgather` at 1 KiB on 2 ranks take longer
+# than the course's, even in the best of 3 calls. So the check above asserts only what load
+# rarely flips: the fastest of MPI's four calls (best of 3) beats the fastest of the
+# course's; the lead per collective is printed, not asserted.
+# At 16 MiB both sides move the bytes with one copy and add with vectorized loops, so the
+# bus bandwidth is set by memory bandwidth and the gap closes; which side is ahead there
+# changes from run to run (not asserted). With **4 ranks** on this machine's 2 cores, the
+# ranks compete with each other: MPI loses most of its lead at 1 KiB and some of its calls
+# take as long as the course's (not asserted either: it depends on the cores and the load).
+# Give every MPI rank its own core.
 
 # %%
 m.stop()  # the MPI cluster of this section; the chapter's cluster c stays

@@ -150,7 +150,8 @@ def test_course_results_equal_mpis_and_busbw_follows_the_formula(start_cluster):
             assert [(m.implementation, m.transport) for m in got] == [("MPI", "MPI")] + [
                 (a, t) for t in ("MpiComm", "ZmqComm") for a in config.course_algorithms(collective)]
             for m in got:
-                assert (m.seconds > 0).all() and np.isfinite(m.error).all()
+                assert (0 < m.best).all() and (m.best <= m.seconds).all()
+                assert np.isfinite(m.error).all()
                 np.testing.assert_allclose(
                     m.busbw, result.nbytes / m.seconds * BUS_FACTOR[collective](p))
                 if collective in ("bcast", "allgather") or p == 2:  # copies; a + b == b + a

@@ -22,7 +22,7 @@ def made_up(p: int) -> MpiCollectivesResult:
                                     for a in config.course_algorithms(collective)]
         for k, (implementation, transport) in enumerate(sides):
             seconds = (k + 1) * (1e-5 + nbytes * 1e-9)
-            rows.append(Measurement(collective, implementation, transport, seconds,
+            rows.append(Measurement(collective, implementation, transport, seconds, seconds,
                                     nbytes / seconds, np.zeros(3)))
     return MpiCollectivesResult(config, p, nbytes, tuple(rows), "MPICH")
 
