@@ -111,6 +111,13 @@ def test_env_variable_attaches_to_a_running_cluster(monkeypatch, cluster3):
     again.stop()
     with pytest.raises(ValueError, match="size=3 engines cannot be used when waiting for only n=2"):
         cluster.connect(profile="default", cluster_id=cluster_id, n=2, size=3)
+    own = cluster.start(n=1, local=True)  # engines of its own, on this machine, all the same
+    try:
+        assert own.owned and own.size == 1 and own.ipp_cluster.cluster_id != cluster_id
+    finally:
+        own.stop()
+    with pytest.raises(TypeError, match="local"):
+        cluster.start(n=1, local="yes")
 
 
 @pytest.mark.cluster

@@ -311,6 +311,7 @@ def start(
     heartbeat_ms: int = 100,
     timeout: float = 60.0,
     profile: str | None = None,
+    local: bool = False,
 ) -> CourseCluster:
     """Start a local cluster of ``n`` engines and connect to it.
 
@@ -318,6 +319,9 @@ def start(
     running cluster instead, so notebooks run unchanged on an instructor's
     cluster: wait until it has ``n`` engines and use ranks 0 .. n-1 of them, so
     the lesson has the same shape (and the same outputs) as on a laptop.
+    ``local=True`` starts local engines even then: for a section that needs engines of
+    its own kind on the kernel's machine (chapter 09's MPI ranks), whatever the chapter's
+    cluster is.
 
     ``engines="mpi"`` starts the engines with ``mpiexec`` from this Python's
     environment (``pip install "coursekit[mpi]"``), so they are MPI ranks.
@@ -335,7 +339,8 @@ def start(
         raise TypeError(f"engine_env must be a dict of environment variables (str names to "
                         f"str or number values) or None; got {type(engine_env).__name__} "
                         f"{engine_env!r:.60}")
-    if os.environ.get(ENV_CLUSTER):
+    checks.boolean(local, "local")
+    if os.environ.get(ENV_CLUSTER) and not local:
         return connect(n=n, size=n, timeout=timeout)
     if profile is not None:
         _profile_dir(profile)  # a clear error if it does not exist

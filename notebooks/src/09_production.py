@@ -37,8 +37,9 @@ engines
 # messages. MPI has each as one call: `MPI_Allreduce`, `MPI_Bcast`, `MPI_Allgather`,
 # `MPI_Reduce_scatter_block`. mpi4py's capitalized methods (`comm.Allreduce(x, out)`) hand
 # NumPy buffers to MPI without pickling. This section starts a second cluster whose four
-# engines are MPI ranks (`engines="mpi"`: launched by `mpiexec`) and times, on the same
-# engines with the same float64 inputs and sizes:
+# engines are MPI ranks (`engines="mpi"`: launched by `mpiexec`), on the machine this kernel
+# runs on (`local=True`: even when the chapter's cluster is your instructor's), and times,
+# on the same engines with the same float64 inputs and sizes:
 #
 # - MPI's own call (MPICH, from the `mpi` extra);
 # - the course's algorithms over **MpiComm** (`setup_comm(m, backend="mpi")`: the course's
@@ -67,7 +68,7 @@ from coursekit.production.mpi_collectives import experiment as compare_with_mpi
 from coursekit.viz import show
 from coursekit.viz.production import plot_mpi_collectives
 
-m = cluster.start(n=4, engines="mpi")  # a second cluster: four MPI ranks
+m = cluster.start(n=4, engines="mpi", local=True)  # a second cluster: four MPI ranks here
 setup_comm(m, timeout=10)
 mpi_engines = ClusterRunner(m)
 mpi_config = MpiCollectivesConfig(sizes=(1 << 10, 1 << 20, 16 << 20), repeats=3)
