@@ -26,7 +26,7 @@ def plot_mpi_collectives(results, fig: Figure | None = None) -> Figure:
     a new headless Figure, at most 10 x 7.5 in); returns the Figure."""
     results = list(results)
     collectives = results[0].config.collectives
-    fig = fig or Figure(figsize=(10, 1.2 + 2.4 * len(results)), layout="constrained")
+    fig = fig or Figure(figsize=(10, 1.4 + 2.4 * len(results)), layout="constrained")
     axes = fig.subplots(len(results), len(collectives), squeeze=False)
     names = []  # implementations in order of appearance: one colour each, in every panel
     handles = {}
@@ -47,6 +47,7 @@ def plot_mpi_collectives(results, fig: Figure | None = None) -> Figure:
             ax.set_xticks(result.nbytes, [byte_label(n) for n in result.nbytes])
             ax.xaxis.set_minor_locator(NullLocator())
         row[0].set_ylabel("busbw [GB/s]")
-    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8,
-               frameon=False)
+    # below the panels, so that they get the figure's whole width for their size labels
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=4,
+               fontsize=8, frameon=False)
     return fig
