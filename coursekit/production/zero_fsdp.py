@@ -130,6 +130,7 @@ def zero_experiment(runner, config: ZeroFsdpConfig, data=None) -> ZeroFsdpResult
     X, y = mlp.check_batch(*data)
     if len(X) < CHAPTER8["batch_size"]:
         raise ValueError(f"data has {len(X)} rows; a step takes {CHAPTER8['batch_size']}")
+    runner.run(_import_torch_parts, ranks=workers)  # before any collective waits on them
     ranks = runner.run(_compare_on_rank, config, mlp, X, y, ranks=workers)
     layout = ShardLayout.of(mlp, workers)
     stage, p = config.stage, workers
@@ -162,6 +163,17 @@ def fsdp_padded(sizes, p: int) -> int:
 
 
 # -- on each rank ------------------------------------------------------------------------
+def _import_torch_parts(comm) -> None:
+    """Import what :func:`_wrap` uses. Four engines importing DDP, the optimizer and FSDP
+    at once take 10-20 s on two cores; done inside the comparison, the first rank to finish
+    would wait that long in a collective and could pass the comm's timeout."""
+    import_torch()
+    import torch.distributed.device_mesh  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.optim  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+
+
 def _compare_on_rank(comm, config: ZeroFsdpConfig, mlp: MLP, X, y) -> dict:
     """Both sides on this rank: the course's ZeroRank, then torch in a gloo process group."""
     B = CHAPTER8["batch_size"]
