@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from coursekit import checks
+from coursekit.cluster.runner import ClusterRunner
 from coursekit.comm.trace import recording
 from coursekit.nn.mlp import MLP
 from coursekit.parallel.zero import ShardLayout, ZeroRank, sent_bytes, step_rows
@@ -55,7 +56,8 @@ from .c10d_log import C10dLog
 from .requirement import import_torch
 from .torch_group import process_group
 
-__all__ = ["CHAPTER8", "TORCH_SIDE", "ZeroFsdpConfig", "ZeroFsdpResult", "fsdp_padded", "zero_experiment"]
+__all__ = ["CHAPTER8", "TORCH_SIDE", "ZeroFsdpConfig", "ZeroFsdpResult", "fsdp_padded",
+           "zero_experiment"]
 
 #: chapter 08 section 2's run (the model, data rows, batch and optimizer)
 CHAPTER8 = dict(sizes=(64, 96, 64, 10), model_seed=1, rows=768, batch_size=64, lr=0.1,
@@ -117,9 +119,11 @@ class ZeroFsdpResult:
 
 
 def zero_experiment(runner, config: ZeroFsdpConfig, data=None) -> ZeroFsdpResult:
-    """Run ``config`` on the first ``config.workers`` ranks of ``runner`` (engines: torch's
-    process group needs one process per rank). ``data``: (X, y) float64, default chapter
-    08's rows of the digits."""
+    """Run ``config`` on the first ``config.workers`` engines of ``runner`` (a
+    ClusterRunner: torch's process group needs one process per rank). ``data``: (X, y),
+    default chapter 08's rows of the digits (float64)."""
+    checks.instance(runner, "runner", ClusterRunner,
+                    " (engines: torch's process group needs one process per rank)")
     checks.instance(config, "config", ZeroFsdpConfig, " (coursekit.production.zero_fsdp)")
     workers = runner.check_workers(config.workers)
     if data is None:
@@ -127,7 +131,7 @@ def zero_experiment(runner, config: ZeroFsdpConfig, data=None) -> ZeroFsdpResult
         digits = load_digits(dtype=np.float64)
         data = digits.X_train[:CHAPTER8["rows"]], digits.y_train[:CHAPTER8["rows"]]
     mlp = MLP(CHAPTER8["sizes"], dtype=np.float64, seed=CHAPTER8["model_seed"])
-    X, y = mlp.check_batch(*data)
+    X, y = mlp.check_batch(*checks.data_pair(data, features=CHAPTER8["sizes"][0]))
     if len(X) < CHAPTER8["batch_size"]:
         raise ValueError(f"data has {len(X)} rows; a step takes {CHAPTER8['batch_size']}")
     runner.run(_import_torch_parts, ranks=workers)  # before any collective waits on them

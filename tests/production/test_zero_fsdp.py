@@ -4,7 +4,7 @@ bytes each rank sends equal the formulas (coursekit.production.zero_fsdp's docst
 import numpy as np
 import pytest
 
-from coursekit.cluster.runner import ClusterRunner
+from coursekit.cluster.runner import ClusterRunner, LocalRunner
 from coursekit.comm import setup_comm
 from coursekit.production.requirement import INSTALL_HINT, torch_available
 from coursekit.production.zero_fsdp import (CHAPTER8, ZeroFsdpConfig, fsdp_padded,
@@ -33,9 +33,13 @@ def test_config_refuses_bad_values(kwargs, error, words):
         ZeroFsdpConfig(**kwargs)
 
 
-def test_experiment_refuses_a_config_of_another_type():
+def test_experiment_refuses_threads_and_a_config_of_another_type(engines2):
+    with pytest.raises(TypeError, match="runner must be a ClusterRunner"):
+        zero_experiment(LocalRunner(2), ZeroFsdpConfig(workers=2))
     with pytest.raises(TypeError, match="config must be a ZeroFsdpConfig"):
-        zero_experiment(None, dict(workers=2))
+        zero_experiment(engines2, dict(workers=2))
+    with pytest.raises(TypeError, match=r"data must be an \(X, y\) pair"):
+        zero_experiment(engines2, ZeroFsdpConfig(workers=2), data=[1, 2])
 
 
 def test_fsdp_pads_each_parameter_on_its_rows():
