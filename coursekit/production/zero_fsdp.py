@@ -98,7 +98,8 @@ class ZeroFsdpResult:
     the bytes rank r sent in step t (float64 payload; ``torch_other`` counts the bytes of
     other dtypes over the run, all ranks: DDP's one-time bucket rebuild); the formulas per
     rank; ``torch_owned[r]``: the parameter values rank r's torch optimizer updates (the
-    course's rank updates ``padded_course / p``); ``*_seconds``: the median time of a step on
+    course's rank updates ``padded_course / p``); ``*_memory[r]``: the bytes of parameters,
+    gradients and optimizer state rank r holds after the last step; ``*_seconds``: the median time of a step on
     the slowest rank; ``torch_calls``: rank 0's c10d calls in the last step."""
 
     config: ZeroFsdpConfig
@@ -113,6 +114,8 @@ class ZeroFsdpResult:
     torch_formula: np.ndarray
     torch_other: int
     torch_owned: np.ndarray
+    course_memory: list
+    torch_memory: list
     torch_calls: dict
     course_seconds: float
     torch_seconds: float
@@ -154,6 +157,8 @@ def zero_experiment(runner, config: ZeroFsdpConfig, data=None) -> ZeroFsdpResult
         course_formula=np.full(p, sent_bytes(stage, mlp.n_params, layout, ITEMSIZE) / p),
         torch_formula=torch_formula,
         torch_other=int(sum(r["torch_other"] for r in ranks)), torch_owned=owned,
+        course_memory=[r["course_memory"] for r in ranks],
+        torch_memory=[r["torch_memory"] for r in ranks],
         torch_calls=ranks[0]["calls"],
         course_seconds=max(statistics.median(r["course_times"]) for r in ranks),
         torch_seconds=max(statistics.median(r["torch_times"]) for r in ranks))
@@ -195,7 +200,8 @@ def _compare_on_rank(comm, config: ZeroFsdpConfig, mlp: MLP, X, y) -> dict:
         course["params"].append(rank.full_params())  # stage 3 gathers: outside the count
     out = _torch_side(comm, config, mlp, X, y, rows)
     out["diff"] = [float(np.abs(a - b).max()) for a, b in zip(course["params"], out.pop("params"))]
-    out.update(course_sent=course["sent"], course_times=course["times"])
+    out.update(course_sent=course["sent"], course_times=course["times"],
+               course_memory=rank.memory())
     return out
 
 
@@ -261,6 +267,19 @@ def _wrap(model, stage: int, lr: float, momentum: float):
     return model, torch.optim.SGD(model.parameters(), **sgd), owned
 
 
+def _held(model, optimizer) -> dict[str, int]:
+    """Bytes of the model states this rank holds after a step (FSDP: its local shards), by
+    the course's categories (:meth:`ZeroRank.memory`)."""
+    def local(t):
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+    local_optimizer = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's own
+    return {"params": sum(local(p) for p in model.parameters()),
+            "grads": sum(local(p.grad) for p in model.parameters() if p.grad is not None),
+            "optimizer": sum(local(v) for state in local_optimizer.state.values()
+                             for v in state.values() if hasattr(v, "numel"))}
+
+
 def _train_torch(comm, config, mlp: MLP, X, y, rows) -> dict:
     torch = import_torch()
     B = CHAPTER8["batch_size"]
@@ -274,13 +293,14 @@ def _train_torch(comm, config, mlp: MLP, X, y, rows) -> dict:
         scale = comm.size * len(mine) / B  # the average over ranks is the global mean
         with C10dLog() as log:
             start = time.perf_counter()
+            optimizer.zero_grad()  # first: the last step's gradients stay for _held
             loss = torch.nn.functional.cross_entropy(module(xb), yb) * scale
             loss.backward()
             optimizer.step()
-            optimizer.zero_grad()
             out["torch_times"].append(time.perf_counter() - start)
         out["torch_sent"].append(log.sent("float64"))
         out["torch_other"] += int(log.sent() - log.sent("float64"))
         out["params"].append(_flat(model))
     out["calls"] = log.counts()
+    out["torch_memory"] = _held(model, optimizer)
     return out

@@ -147,6 +147,29 @@ print("PASS: torch's ZeRO-1 sends 3 passes of the parameters where the course's 
 #   before the next forward; ZeRO-2 keeps the whole weights between steps and all-gathers
 #   them right after the update. Same bytes, same step, one pass moved.
 #
+# What a rank holds after a step, on 4 engines (kB of float64; the course's table is
+# chapter 8's, torch's is counted from its tensors, FSDP's local shards):
+
+# %%
+print(f"{'stage':>5} {'side':>6} {'params':>8} {'grads':>8} {'optimizer':>10}   (kB held by each rank)")
+for stage in (1, 2, 3):
+    run = zero_runs[(4, stage)]
+    for side, held in (("course", run.course_memory), ("torch", run.torch_memory)):
+        print(f"{stage:5d} {side:>6} " + " ".join(
+            f"{kB([m[k] for m in held]):>{w}}" for k, w in (("params", 8), ("grads", 8), ("optimizer", 10))))
+    for owned, held in zip(run.torch_owned, run.torch_memory):
+        assert held["optimizer"] == owned * 8  # momentum only: no master copy in float64
+        assert held["params"] == (run.n_params if stage == 1 else owned) * 8
+        assert held["grads"] == held["params"]
+print("PASS: torch keeps the momentum of what it updates and no master copy; FSDP keeps only "
+      "its rows of the weights and gradients between steps, at stage 2 too")
+
+# %% [markdown]
+# The course's ZeRO-1 and ZeRO-2 keep a master copy of their shard beside the momentum
+# (chapter 8: in mixed precision that fp32 copy exists anyway); torch updates the weights
+# it owns in place. FSDP frees the gathered weights after the backward at stage 2 too, so
+# between steps it holds what ZeRO-3 holds, and the whole weights only inside a step.
+#
 # Both sides send float64 here, 8 bytes a value. With `MixedPrecisionPolicy(param_dtype=
 # torch.bfloat16)` FSDP's all-gathers carry 2-byte weights, a quarter of these bytes. The
 # time per step on each side (the median over 12 steps, slowest engine), and the largest

@@ -6,6 +6,8 @@ import pytest
 
 from coursekit.cluster.runner import ClusterRunner, LocalRunner
 from coursekit.comm import setup_comm
+from coursekit.nn import MLP
+from coursekit.parallel.zero import ShardLayout, state_bytes
 from coursekit.production.requirement import INSTALL_HINT, torch_available
 from coursekit.production.zero_fsdp import (CHAPTER8, ZeroFsdpConfig, fsdp_padded,
                                             zero_experiment)
@@ -89,6 +91,14 @@ def check(result, p: int) -> None:
         assert result.torch_calls == {"_allgather_base_": 3 * (passes - 1),
                                       "_reduce_scatter_base_": 3}
     assert (result.course_sent == result.course_formula[None, :]).all()
+    # what each rank holds after a step (8 bytes a value; momentum: 1 buffer)
+    layout = ShardLayout.of(MLP(CHAPTER8["sizes"], dtype=np.float64), p)
+    assert all(m == state_bytes(stage, PSI, layout, 8, 1) for m in result.course_memory)
+    for owned, held in zip(result.torch_owned, result.torch_memory):
+        if stage == 1:  # whole weights and gradients, momentum of the owned parameters only
+            assert held == {"params": PSI * 8, "grads": PSI * 8, "optimizer": owned * 8}
+        else:           # FSDP: its rows of every parameter, their gradient and momentum
+            assert held == {"params": owned * 8, "grads": owned * 8, "optimizer": owned * 8}
     np.testing.assert_allclose(result.torch_sent, np.broadcast_to(
         result.torch_formula, result.torch_sent.shape), rtol=1e-12)  # sums of fractions of n
 
