@@ -99,8 +99,9 @@ class ZeroFsdpResult:
     other dtypes over the run, all ranks: DDP's one-time bucket rebuild); the formulas per
     rank; ``torch_owned[r]``: the parameter values rank r's torch optimizer updates (the
     course's rank updates ``padded_course / p``); ``*_memory[r]``: the bytes of parameters,
-    gradients and optimizer state rank r holds after the last step; ``*_seconds``: the median time of a step on
-    the slowest rank; ``torch_calls``: rank 0's c10d calls in the last step."""
+    gradients and optimizer state rank r holds after the last step; ``*_seconds``: the
+    median time of a step on the slowest rank; ``torch_calls``: rank 0's c10d calls in the
+    last step."""
 
     config: ZeroFsdpConfig
     torch_side: str

@@ -107,10 +107,12 @@ def kB(values):
     low, high = np.min(values) / 1e3, np.max(values) / 1e3
     return f"{low:6.1f}" if high - low < 0.05 else f"{low:.1f}-{high:.1f}"
 
-print(f"{'engines':>7} {'stage':>5} {'course':>8} {'torch':>12} {'torch / course':>15}   (kB each rank sends per step)")
+print(f"{'engines':>7} {'stage':>5} {'course':>8} {'torch':>12} {'torch / course':>15}"
+      "   (kB each rank sends per step)")
 for (p, stage), run in zero_runs.items():
     ratio = run.torch_sent[0].sum() / run.course_sent[0].sum()
-    print(f"{p:7d} {stage:5d} {kB(run.course_sent[0]):>8} {kB(run.torch_sent[0]):>12} {ratio:15.2f}")
+    print(f"{p:7d} {stage:5d} {kB(run.course_sent[0]):>8} {kB(run.torch_sent[0]):>12} "
+          f"{ratio:15.2f}")
 
 for (p, stage), run in zero_runs.items():
     course, torch_bytes = run.course_sent[0].sum(), run.torch_sent[0].sum()  # all ranks
@@ -122,13 +124,14 @@ for (p, stage), run in zero_runs.items():
         assert np.isclose(torch_bytes / run.padded_torch, course / run.padded_course)
 owned = np.sort(zero_runs[(4, 1)].torch_owned)  # what each of 4 ranks' optimizer updates
 assert (owned[-2:] == 96 * 64).all() and owned[0] < 96 * 64 / 10, owned
-padding = zero_runs[(4, 3)].padded_course - run.n_params, zero_runs[(4, 3)].padded_torch - run.n_params
+run = zero_runs[(4, 3)]
+padding = run.padded_course - run.n_params, run.padded_torch - run.n_params
 assert padding == (2, 130), padding
 print("PASS: torch's ZeRO-1 sends 3 passes of the parameters where the course's sends 2; "
       "FSDP sends the course's passes of ZeRO-2 and ZeRO-3, over its own padding")
 
 # %% [markdown]
-# Three differences, all in the numbers above:
+# Four differences, all in the numbers above:
 #
 # - **ZeRO-1 costs torch 1.5× the bytes.** DDP does not know the optimizer is sharded, so
 #   it allreduces the whole gradient (2 passes); `ZeroRedundancyOptimizer` then broadcasts
@@ -145,18 +148,21 @@ print("PASS: torch's ZeRO-1 sends 3 passes of the parameters where the course's 
 # - **Stage 2 is a near match.** FSDP2 with `reshard_after_forward=False` sends what ZeRO-2
 #   sends, but it frees the gathered weights after the backward and gathers them again
 #   before the next forward; ZeRO-2 keeps the whole weights between steps and all-gathers
-#   them right after the update. Same bytes, same step, one pass moved.
+#   them right after the update. Same bytes and the same step; the all-gather moves from
+#   after the update to before the next forward.
 #
 # What a rank holds after a step, on 4 engines (kB of float64; the course's table is
 # chapter 8's, torch's is counted from its tensors, FSDP's local shards):
 
 # %%
-print(f"{'stage':>5} {'side':>6} {'params':>8} {'grads':>8} {'optimizer':>10}   (kB held by each rank)")
+print(f"{'stage':>5} {'side':>6} {'params':>8} {'grads':>8} {'optimizer':>10}"
+      "   (kB held by each rank)")
 for stage in (1, 2, 3):
     run = zero_runs[(4, stage)]
     for side, held in (("course", run.course_memory), ("torch", run.torch_memory)):
-        print(f"{stage:5d} {side:>6} " + " ".join(
-            f"{kB([m[k] for m in held]):>{w}}" for k, w in (("params", 8), ("grads", 8), ("optimizer", 10))))
+        columns = (("params", 8), ("grads", 8), ("optimizer", 10))
+        print(f"{stage:5d} {side:>6} "
+              + " ".join(f"{kB([m[k] for m in held]):>{w}}" for k, w in columns))
     for owned, held in zip(run.torch_owned, run.torch_memory):
         assert held["optimizer"] == owned * 8  # momentum only: no master copy in float64
         assert held["params"] == (run.n_params if stage == 1 else owned) * 8
