@@ -55,7 +55,7 @@ from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import make_optimizer
 
 __all__ = ["STAGES", "ShardLayout", "ZeroRank", "ZeroResult", "state_bytes", "sent_bytes",
-           "train_zero"]
+           "step_rows", "train_zero"]
 
 STAGES = (0, 1, 2, 3)
 
@@ -227,12 +227,28 @@ class ZeroResult:
     device: str = "cpu"
 
 
+def step_rows(n_rows: int, batch_size: int, seed: int, rank: int, n_ranks: int):
+    """``rows(t)``: the rows of the data that ``rank`` of ``n_ranks`` takes at step t.
+
+    Step t's global batch is rows ``order[t*B:(t+1)*B]`` of a seeded permutation (B =
+    batch_size, wrapping around after each epoch), split over the ranks like
+    ``np.array_split``: the batches a serial run takes.
+    """
+    order = np.random.default_rng(seed).permutation(n_rows)
+    per_epoch = n_rows // batch_size
+
+    def rows(t: int) -> np.ndarray:
+        start = (t % per_epoch) * batch_size
+        return np.array_split(order[start:start + batch_size], n_ranks)[rank]
+    return rows
+
+
 def train_zero(comm, mlp: MLP, X, y, *, stage: int, steps: int, batch_size: int, lr: float,
                momentum: float = 0.0, seed: int = 0) -> ZeroResult:
     """``steps`` steps of ZeRO ``stage`` on this rank; every rank passes the same arguments.
 
-    Step t uses rows ``order[t*B:(t+1)*B]`` of a seeded permutation of X (B = batch_size),
-    split over the ranks like ``np.array_split``: the batches a serial run takes.
+    Step t uses this rank's part of batch t (:func:`step_rows`): the batches a serial run
+    takes.
     """
     checks.instance(mlp, "mlp", MLP, " (coursekit.nn.MLP)")
     X, y = mlp.check_batch(X, y)
@@ -241,13 +257,11 @@ def train_zero(comm, mlp: MLP, X, y, *, stage: int, steps: int, batch_size: int,
     if batch_size > len(X):
         raise ValueError(f"batch_size={batch_size} is larger than the data ({len(X)} rows)")
     rank = ZeroRank(comm, mlp, stage, lr, momentum)
-    order = np.random.default_rng(seed).permutation(len(X))
-    per_epoch = len(X) // batch_size
+    rows = step_rows(len(X), batch_size, seed, comm.rank, comm.size)
     losses = np.empty(steps)
     with recording(comm) as messages:
         for t in range(steps):
-            batch = order[(t % per_epoch) * batch_size:(t % per_epoch + 1) * batch_size]
-            mine = np.array_split(batch, comm.size)[comm.rank]
+            mine = rows(t)
             losses[t] = rank.step(X[mine], y[mine], batch_size)
         sent = sum(m.nbytes for m in messages() if m.op == "send")
     return ZeroResult(rank.full_params(), losses, rank.memory(), sent, mlp.device_name)
