@@ -33,6 +33,20 @@ BACKENDS = ("auto", "gloo", "nccl")
 _ADDRESS_TAG = 0x7A11  # the one message that carries host:port from rank 0
 
 
+def load_torch(comm, *modules: str) -> str:
+    """Import torch, torch.distributed and ``modules`` on this rank; returns torch's version.
+
+    Run it on every rank (``runner.run(load_torch, "torch.distributed.fsdp")``) before the
+    work that opens a group: four engines importing torch at once take 10-20 s on two
+    cores, and a rank that finished first would wait that long in the group's rendezvous,
+    past the comm's timeout."""
+    import importlib
+    torch = import_torch()
+    for name in ("torch.distributed", *modules):
+        importlib.import_module(name)
+    return torch.__version__
+
+
 def _root(comm):
     while hasattr(comm, "parent"):
         comm = comm.parent

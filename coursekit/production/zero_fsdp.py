@@ -54,7 +54,7 @@ from coursekit.parallel.zero import ShardLayout, ZeroRank, sent_bytes, step_rows
 
 from .c10d_log import C10dLog
 from .requirement import import_torch
-from .torch_group import process_group
+from .torch_group import load_torch, process_group
 
 __all__ = ["CHAPTER8", "TORCH_SIDE", "ZeroFsdpConfig", "ZeroFsdpResult", "fsdp_padded",
            "zero_experiment"]
@@ -63,6 +63,9 @@ __all__ = ["CHAPTER8", "TORCH_SIDE", "ZeroFsdpConfig", "ZeroFsdpResult", "fsdp_p
 CHAPTER8 = dict(sizes=(64, 96, 64, 10), model_seed=1, rows=768, batch_size=64, lr=0.1,
                 momentum=0.9)
 #: what torch runs against each course stage
+#: What the torch side imports (DDP, the optimizer, FSDP), once on every rank before it runs.
+TORCH_MODULES = ("torch.distributed.device_mesh", "torch.distributed.fsdp",
+                 "torch.distributed.optim", "torch.nn.parallel")
 TORCH_SIDE = {1: "DDP + ZeroRedundancyOptimizer(SGD)",
               2: "fully_shard(Linear, reshard_after_forward=False)",
               3: "fully_shard(Linear) + fully_shard(Sequential)"}
@@ -138,7 +141,7 @@ def zero_experiment(runner, config: ZeroFsdpConfig, data=None) -> ZeroFsdpResult
     X, y = mlp.check_batch(*checks.data_pair(data, features=CHAPTER8["sizes"][0]))
     if len(X) < CHAPTER8["batch_size"]:
         raise ValueError(f"data has {len(X)} rows; a step takes {CHAPTER8['batch_size']}")
-    runner.run(_import_torch_parts, ranks=workers)  # before any collective waits on them
+    runner.run(load_torch, *TORCH_MODULES, ranks=workers)  # before any collective waits on them
     ranks = runner.run(_compare_on_rank, config, mlp, X, y, ranks=workers)
     layout = ShardLayout.of(mlp, workers)
     stage, p = config.stage, workers
@@ -173,17 +176,6 @@ def fsdp_padded(sizes, p: int) -> int:
 
 
 # -- on each rank ------------------------------------------------------------------------
-def _import_torch_parts(comm) -> None:
-    """Import what :func:`_wrap` uses. Four engines importing DDP, the optimizer and FSDP
-    at once take 10-20 s on two cores; done inside the comparison, the first rank to finish
-    would wait that long in a collective and could pass the comm's timeout."""
-    import_torch()
-    import torch.distributed.device_mesh  # noqa: F401
-    import torch.distributed.fsdp  # noqa: F401
-    import torch.distributed.optim  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
-
-
 def _compare_on_rank(comm, config: ZeroFsdpConfig, mlp: MLP, X, y) -> dict:
     """Both sides on this rank: the course's ZeroRank, then torch in a gloo process group."""
     B = CHAPTER8["batch_size"]

@@ -155,6 +155,18 @@ m.stop()  # the MPI cluster of this section; the chapter's cluster c stays
 # gloo on CPU, NCCL when every engine has a GPU. The group is destroyed when the block
 # ends.
 
+#
+# Four engines importing torch at once take several seconds on two cores; a rank that
+# finished first would wait in the rendezvous. So every section first imports what it
+# uses on every engine, in a run of its own (`load_torch`).
+
+# %%
+from coursekit.production.torch_group import load_torch
+
+torch_versions = engines.run(load_torch)
+assert len(set(torch_versions)) == 1, torch_versions  # one PyTorch on every engine
+print(f"PyTorch {torch_versions[0].split('+')[0]} on {engines.size} engines")
+
 # %%
 def sum_of_ranks(comm):
     import torch
