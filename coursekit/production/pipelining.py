@@ -22,10 +22,19 @@ bytes per step (:func:`coursekit.parallel.traffic.pipeline_bytes`), whatever the
 schedule. The course's are counted by its trace, torch's by adding up the tensors of the
 P2P sends its stage hands to ``batch_isend_irecv``.
 
-Order: the course's schedule is data (:mod:`coursekit.parallel.pipeline.actions`); torch's
-single-stage schedules keep theirs in ``schedule.pipeline_order`` (per rank, with idle
-``None`` slots), and the order they really ran is recorded here by wrapping the stage's
-``forward_one_chunk``/``backward_one_chunk``.
+Order: the course's schedule is data (:mod:`coursekit.parallel.pipeline.actions`) and
+its executor runs that list. Torch's single-stage schedules run hand-written loops
+(``_step_microbatches``) and describe them separately in ``schedule.pipeline_order`` (per
+rank, with idle ``None`` slots); the order they really ran is recorded here by wrapping
+the stage's ``forward_one_chunk``/``backward_one_chunk``. 1F1B runs the course's order on
+every rank; GPipe runs the same forwards but its backwards in micro-batch order 0 ... m-1,
+where the course's GPipe runs them last-in first-out (m-1 ... 0): the same gradient, summed
+in another order.
+
+Torch needs the shapes of every stage's input and output, and their gradients; given by
+hand (``input_args``, ``output_args``, ``output_grads``, ``input_grads``), a received input
+must be marked ``requires_grad`` or no input gradient is sent back and the earlier stages
+get zero gradients, without an error (torch 2.13).
 """
 
 from __future__ import annotations
@@ -96,7 +105,10 @@ class PipelineComparison:
     ``loss``/``torch_loss``: the batch loss before step t; ``param_error``/``grad_error``:
     max |torch - course| / max |course| over all ranks at step t; ``course_order[r]``,
     ``torch_order[r]``: the F/B actions rank r ran, as "F3" / "B3" (micro-batch 3);
-    ``torch_pipeline_order[r]``: the same read from ``schedule.pipeline_order``;
+    ``torch_pipeline_order[r]``: rank r's F/B actions as torch's ``schedule.pipeline_order``
+    describes them (a description for its visualizer, not what ``step`` runs: in torch
+    2.13 Schedule1F1B's lists F1 ... F8 on the last rank of 8 micro-batches, which ran
+    F0 ... F7);
     ``course_bytes[t, r]``/``torch_bytes[t, r]``: bytes rank r sent in step t (counted),
     ``formula_bytes[r]``: the formula's bytes per step; ``course_seconds``/``torch_seconds``: per step, the slowest rank's time.
     """
@@ -245,10 +257,11 @@ def pipeline_experiment(runner, config: PipelineConfig, data=None, *,
     """Run both pipelines on the first ``config.stages`` engines of ``runner`` (a
     ClusterRunner after ``setup_comm``: torch needs one process per rank). ``data``: an
     (X, y) pair of at least ``config.batch`` rows (default: the digits training set)."""
-    from coursekit.cluster.runner import Runner
+    from coursekit.cluster.runner import ClusterRunner
     from coursekit.parallel import traffic
 
-    checks.instance(runner, "runner", Runner, " (ClusterRunner(cluster))")
+    checks.instance(runner, "runner", ClusterRunner, " (ClusterRunner(cluster) after setup_comm: "
+                    "torch.distributed needs one process per rank, ThreadComm ranks share one)")
     checks.instance(config, "config", PipelineConfig)
     p = runner.check_workers(config.stages)
     if data is None:

@@ -298,9 +298,10 @@ def powersgd_experiment(runner, config: PowerSGDConfig, data=None, *,
     """Train with both on the first ``config.workers`` engines of ``runner`` (a
     ClusterRunner after ``setup_comm``: torch needs one process per rank). ``data``: an
     (X, y) pair (default: the digits training set)."""
-    from coursekit.cluster.runner import Runner
+    from coursekit.cluster.runner import ClusterRunner
 
-    checks.instance(runner, "runner", Runner, " (ClusterRunner(cluster))")
+    checks.instance(runner, "runner", ClusterRunner, " (ClusterRunner(cluster) after setup_comm: "
+                    "torch.distributed needs one process per rank, ThreadComm ranks share one)")
     checks.instance(config, "config", PowerSGDConfig)
     p = runner.check_workers(config.workers)
     if data is None:
