@@ -68,7 +68,7 @@ class PipelineConfig:
     batch: int = 512
     layers: int = 8
     hidden: int = 512
-    lr: float = 0.1
+    lr: float = 0.01
     seed: int = 0
 
     def __post_init__(self):
