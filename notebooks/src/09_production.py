@@ -73,7 +73,7 @@ groups
 # `torch.distributed.pipelining` does the same with a `PipelineStage` per rank and a
 # schedule object (`ScheduleGPipe`, `Schedule1F1B`). `pipeline_experiment` builds both on
 # the same engines: $p = 4$ stages of two layers each, stage $s$ on rank $s$, the same
-# initial weights, the same batch of $N = 512$ digits in $m = 8$ micro-batches, and three
+# initial weights, the same batch of $N = 512$ digits in $m = 8$ micro-batches, and two
 # SGD steps. It compares, after every step, the gradients and the parameters of every stage.
 #
 # The two sides scale the loss differently but compute the same gradient. The course
@@ -88,7 +88,7 @@ from coursekit.parallel import traffic
 from coursekit.production.pipelining import RTOL, PipelineConfig, pipeline_experiment
 
 pipes = {name: pipeline_experiment(engines, PipelineConfig(name, stages=engines.size,
-                                                            microbatches=8, steps=3))
+                                                            microbatches=8, steps=2))
          for name in ("gpipe", "1f1b")}
 sizes = pipes["1f1b"].config.sizes
 boundary = 512 * 512 * 8  # N rows x 512 units x 8 bytes cross each stage boundary
@@ -141,7 +141,7 @@ print("1f1b, last rank, run by torch:      ", " ".join(one.torch_order[-1]))
 # a slip in the description only: the loop that runs is right. The course's schedule is
 # one list that both the simulator and the executor read, so they cannot disagree.
 #
-# Time per step, the slowest rank, fastest of the three steps (not asserted: four engines
+# Time per step, the slowest rank, faster of the two steps (not asserted: four engines
 # share two cores here):
 
 # %% tags=["nbval-ignore-output"]
