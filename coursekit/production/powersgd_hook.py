@@ -89,7 +89,10 @@ class PowerSGDConfig:
                        hint=" (torch's start_powerSGD_iter: >= 2 with warm start or error "
                             "feedback, and below steps so that PowerSGD runs)")
         checks.boolean(self.error_feedback, "error_feedback")
-        checks.integer(self.batch_size, "batch_size", at_least=1, at_most=TRAIN_ROWS // 16)
+        checks.integer(self.batch_size, "batch_size", at_least=1,
+                       at_most=TRAIN_ROWS // self.workers,
+                       hint=" (rows per worker; the workers' shards of a step must fit in the "
+                            f"{TRAIN_ROWS} training digits)")
         checks.integer(self.hidden, "hidden", at_least=1, at_most=4096)
         checks.real(self.lr, "lr", above=0)
         checks.integer(self.seed, "seed", at_least=0)
@@ -288,8 +291,9 @@ def _rank_compare(comm, config: PowerSGDConfig, X, y):
             out["param"].append(np.abs(params_t - mlp.params).max() / np.abs(mlp.params).max())
         residuals = (None if not config.error_feedback else
                      (memory.residual, _bucket_residual(state, bucket_views, mlp.n_params)))
-        correct = (int((mlp.predict(X) == y).sum()),
-                   int((module(torch.from_numpy(X)).argmax(1).numpy() == y).sum()))
+        with torch.no_grad():
+            torch_predicted = module(torch.from_numpy(X)).argmax(1).numpy()
+        correct = int((mlp.predict(X) == y).sum()), int((torch_predicted == y).sum())
     return out, residuals, correct
 
 

@@ -61,3 +61,8 @@ def test_hook_equals_course(cluster4, workers, rank, error_feedback):
             want = sum(traffic("allreduce", "ring", workers, n, itemsize=8).nbytes[w] for n in sizes)
             assert r.course_wire[step, w] == want
     assert np.allclose(r.course_wire.sum(axis=1), workers * r.ring_wire, rtol=0.01)
+
+
+def test_batch_must_fit_the_digits():
+    with pytest.raises(ValueError, match="batch_size=400"):
+        PowerSGDConfig(workers=4, batch_size=400)
