@@ -90,9 +90,9 @@ from coursekit.production.pipelining import RTOL, PipelineConfig, pipeline_exper
 pipes = {name: pipeline_experiment(engines, PipelineConfig(name, stages=engines.size,
                                                             microbatches=8, steps=2))
          for name in ("gpipe", "1f1b")}
-sizes = pipes["1f1b"].config.sizes
 boundary = 512 * 512 * 8  # N rows x 512 units x 8 bytes cross each stage boundary
-assert traffic.pipeline_bytes(sizes, 512, 4).tolist() == [boundary, 2 * boundary, 2 * boundary, boundary]
+assert traffic.pipeline_bytes(pipes["1f1b"].config.sizes, 512, 4).tolist() == [
+    boundary, 2 * boundary, 2 * boundary, boundary]
 print(f"{'schedule':9}{'max relative error':>20}{'MB sent per step, ranks 0-3':>34}")
 for name, r in pipes.items():
     assert r.equal and max(r.param_error.max(), r.grad_error.max()) <= RTOL, name
@@ -124,12 +124,12 @@ for name, r in pipes.items():
         print("  torch: ", " ".join(r.torch_order[0]))
 # torch also describes its schedule as data (pipeline_order, for its visualizer); its 1F1B
 # description of the last rank is off by one micro-batch (torch 2.13), not what it ran
-one = pipes["1f1b"]
-assert one.torch_pipeline_order[:-1] == one.torch_order[:-1]
-assert [a for a in one.torch_pipeline_order[-1] if a[0] == "F"] == [f"F{i}" for i in range(1, 9)]
-assert [a for a in one.torch_order[-1] if a[0] == "F"] == [f"F{i}" for i in range(8)]
-print("1f1b, last rank, described by torch:", " ".join(one.torch_pipeline_order[-1]))
-print("1f1b, last rank, run by torch:      ", " ".join(one.torch_order[-1]))
+f1b = pipes["1f1b"]
+assert f1b.torch_pipeline_order[:-1] == f1b.torch_order[:-1]
+assert [a for a in f1b.torch_pipeline_order[-1] if a[0] == "F"] == [f"F{i}" for i in range(1, 9)]
+assert [a for a in f1b.torch_order[-1] if a[0] == "F"] == [f"F{i}" for i in range(8)]
+print("1f1b, last rank, described by torch:", " ".join(f1b.torch_pipeline_order[-1]))
+print("1f1b, last rank, run by torch:      ", " ".join(f1b.torch_order[-1]))
 
 # %% [markdown]
 # 1F1B is the same schedule, action for action, on every rank. GPipe runs the same
@@ -187,8 +187,8 @@ from coursekit.production import powersgd_hook
 from coursekit.production.powersgd_hook import PowerSGDConfig, payload_bytes, powersgd_experiment
 from coursekit.viz import show
 
-cfg = PowerSGDConfig(workers=engines.size, rank=2, start_iter=2, steps=40, error_feedback=True)
-psgd = powersgd_experiment(engines, cfg)
+psgd_cfg = PowerSGDConfig(workers=engines.size, rank=2, start_iter=2, steps=40, error_feedback=True)
+psgd = powersgd_experiment(engines, psgd_cfg)
 assert psgd.param_error.max() <= powersgd_hook.RTOL
 np.testing.assert_allclose(psgd.torch_loss, psgd.loss, rtol=1e-9)
 assert psgd.accuracy == psgd.torch_accuracy  # the same predictions on the training set
@@ -197,15 +197,14 @@ assert psgd.residual_mean_error <= 1e-9 and psgd.residual_worker_error > 1e-3
 assert psgd.loss[-5:].mean() < psgd.loss[:5].mean()  # it learns
 
 fig, ax = plt.subplots(figsize=(7, 3.2))
-steps = np.arange(cfg.steps)
-ax.plot(steps, psgd.loss, color="tab:blue", label="course: exchange(PowerSGD, ErrorFeedback)")
-ax.plot(steps, psgd.torch_loss, "o", color="tab:orange", markersize=3, label="torch: DDP + powerSGD_hook")
-ax.axvline(cfg.start_iter - 0.5, color="grey", linestyle=":")
+ax.plot(np.arange(psgd_cfg.steps), psgd.loss, color="tab:blue", label="course: exchange(PowerSGD, ErrorFeedback)")
+ax.plot(np.arange(psgd_cfg.steps), psgd.torch_loss, "o", color="tab:orange", markersize=3, label="torch: DDP + powerSGD_hook")
+ax.axvline(psgd_cfg.start_iter - 0.5, color="grey", linestyle=":")
 ax.set(xlabel="step", ylabel="training loss (mean over workers)",
-       title=f"PowerSGD rank {cfg.rank} from step {cfg.start_iter}, {cfg.workers} workers")
+       title=f"PowerSGD rank {psgd_cfg.rank} from step {psgd_cfg.start_iter}, {psgd_cfg.workers} workers")
 ax.legend(loc="upper right", fontsize=8)
 show()
-print(f"parameters equal to a relative 1e-9 at all {cfg.steps} steps; "
+print(f"parameters equal to a relative 1e-9 at all {psgd_cfg.steps} steps; "
       f"training accuracy equal: {psgd.accuracy == psgd.torch_accuracy}")
 
 # %% [markdown]
@@ -218,16 +217,15 @@ print(f"parameters equal to a relative 1e-9 at all {cfg.steps} steps; "
 # is that formula.
 
 # %%
-p = cfg.workers
-dense, low = payload_bytes(cfg, compressed=False), payload_bytes(cfg)
+dense, low = payload_bytes(psgd_cfg, compressed=False), payload_bytes(psgd_cfg)
 assert dense == 8 * (64 * 64 + 64 * 10 + 74) and low == 8 * ((64 + 64) * 2 + (64 + 10) * 2 + 74)
-expected = [dense] * cfg.start_iter + [low] * (cfg.steps - cfg.start_iter)
-assert psgd.course_payload.tolist() == psgd.torch_payload.tolist() == expected
-assert psgd.torch_allreduces.tolist() == [1] * cfg.start_iter + [3] * (cfg.steps - cfg.start_iter)
-# the ring sends every byte 2(p-1) times in all: the trace's total is exact
-assert (psgd.course_wire.sum(axis=1) == 2 * (p - 1) * psgd.course_payload).all()
+compressed = psgd_cfg.steps - psgd_cfg.start_iter
+assert psgd.torch_allreduces.tolist() == [1] * psgd_cfg.start_iter + [3] * compressed  # biases, Ps, Qs
+assert psgd.course_payload.tolist() == psgd.torch_payload.tolist() == [dense] * psgd_cfg.start_iter + [low] * compressed
+# the p ranks of a ring allreduce send 2(p-1) x the payload in all: the trace's total, exactly
+assert (psgd.course_wire.sum(axis=1) == 2 * (psgd_cfg.workers - 1) * psgd.course_payload).all()
 print(f"{'bytes per worker per step':28}{'to allreduce':>14}{'sent, course (trace)':>22}{'sent, torch (ring)':>20}")
-for label, t in (("plain allreduce", 0), (f"PowerSGD rank {cfg.rank}", cfg.steps - 1)):
+for label, t in (("plain allreduce", 0), (f"PowerSGD rank {psgd_cfg.rank}", psgd_cfg.steps - 1)):
     print(f"{label:28}{psgd.course_payload[t]:14,.0f}{psgd.course_wire[t].mean():22,.0f}"
           f"{psgd.ring_wire[t]:20,.0f}")
 print(f"compression: {dense / low:.1f}x fewer bytes")
@@ -237,9 +235,9 @@ print(f"compression: {dense / low:.1f}x fewer bytes")
 # engines share two cores):
 
 # %% tags=["nbval-ignore-output"]
-late = slice(cfg.start_iter, None)
-print(f"course {1e3 * np.median(psgd.course_seconds[late]):.1f} ms, "
-      f"torch {1e3 * np.median(psgd.torch_seconds[late]):.1f} ms per step")
+compressed_steps = slice(psgd_cfg.start_iter, None)
+print(f"course {1e3 * np.median(psgd.course_seconds[compressed_steps]):.1f} ms, "
+      f"torch {1e3 * np.median(psgd.torch_seconds[compressed_steps]):.1f} ms per step")
 
 # %% [markdown]
 # On a model this small a step is mostly fixed costs, not bytes: the course's Numba
