@@ -48,6 +48,7 @@ from coursekit import checks
 
 from . import course_mlp
 from .requirement import import_torch
+from .torch_group import digits_or, torch_ranks
 
 SCHEDULES = ("gpipe", "1f1b")
 RTOL = 1e-10
@@ -257,21 +258,14 @@ def pipeline_experiment(runner, config: PipelineConfig, data=None, *,
     """Run both pipelines on the first ``config.stages`` engines of ``runner`` (a
     ClusterRunner after ``setup_comm``: torch needs one process per rank). ``data``: an
     (X, y) pair of at least ``config.batch`` rows (default: the digits training set)."""
-    from coursekit.cluster.runner import ClusterRunner
     from coursekit.parallel import traffic
 
-    checks.instance(runner, "runner", ClusterRunner, " (ClusterRunner(cluster) after setup_comm: "
-                    "torch.distributed needs one process per rank, ThreadComm ranks share one)")
     checks.instance(config, "config", PipelineConfig)
-    p = runner.check_workers(config.stages)
-    if data is None:
-        from coursekit.data import load_digits
-        digits = load_digits(dtype=np.float64)
-        data = (digits.X_train, digits.y_train)
-    X, y = checks.data_pair(data, "data", features=64)
+    X, y = digits_or(data)
     if len(X) < config.batch:
         raise ValueError(f"data has {len(X)} rows, fewer than batch={config.batch}")
-    X, y = np.asarray(X[:config.batch], np.float64), np.asarray(y[:config.batch])
+    X, y = X[:config.batch], y[:config.batch]
+    p = torch_ranks(runner, config.stages, "torch.distributed.pipelining")
     ranks = runner.run(_rank_compare, config, X, y, ranks=p, timeout=timeout)
     outs = [o for o, _, _ in ranks]
 

@@ -58,6 +58,7 @@ from coursekit import checks
 
 from . import course_mlp
 from .requirement import import_torch
+from .torch_group import digits_or, torch_ranks
 
 RTOL = 1e-9
 """Relative tolerance of the parameters (float64; the allreduce orders and the QR/Gram-Schmidt
@@ -302,18 +303,10 @@ def powersgd_experiment(runner, config: PowerSGDConfig, data=None, *,
     """Train with both on the first ``config.workers`` engines of ``runner`` (a
     ClusterRunner after ``setup_comm``: torch needs one process per rank). ``data``: an
     (X, y) pair (default: the digits training set)."""
-    from coursekit.cluster.runner import ClusterRunner
-
-    checks.instance(runner, "runner", ClusterRunner, " (ClusterRunner(cluster) after setup_comm: "
-                    "torch.distributed needs one process per rank, ThreadComm ranks share one)")
     checks.instance(config, "config", PowerSGDConfig)
-    p = runner.check_workers(config.workers)
-    if data is None:
-        from coursekit.data import load_digits
-        digits = load_digits(dtype=np.float64)
-        data = (digits.X_train, digits.y_train)
-    X, y = checks.data_pair(data, "data", features=64)
-    X, y = np.ascontiguousarray(X, np.float64), np.asarray(y).astype(np.int64)
+    X, y = digits_or(data)
+    p = torch_ranks(runner, config.workers, "torch.distributed.algorithms.ddp_comm_hooks",
+                    "torch.nn.parallel")
     ranks = runner.run(_rank_compare, config, X, y, ranks=p, timeout=timeout)
     outs = [o for o, _, _ in ranks]
 

@@ -47,6 +47,31 @@ def load_torch(comm, *modules: str) -> str:
     return torch.__version__
 
 
+def torch_ranks(runner, workers: int, *modules: str) -> int:
+    """Check that ``runner`` runs engines with at least ``workers`` ranks and import torch
+    (and ``modules``) on the first ``workers`` of them (:func:`load_torch`); returns
+    ``workers``. A LocalRunner is refused: torch's default group is one per process, and
+    ThreadComm ranks share one."""
+    from coursekit.cluster.runner import ClusterRunner
+    checks.instance(runner, "runner", ClusterRunner, " (ClusterRunner(cluster) after setup_comm: "
+                    "torch.distributed needs one process per rank, ThreadComm ranks share one)")
+    workers = runner.check_workers(workers)
+    runner.run(load_torch, *modules, ranks=workers)
+    return workers
+
+
+def digits_or(data, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``data`` (an (X, y) pair with 64 features), default the digits' training rows, as
+    float64 X and int64 y; the first ``rows`` rows when given."""
+    if data is None:
+        from coursekit.data import load_digits
+        digits = load_digits(dtype=np.float64)
+        data = (digits.X_train, digits.y_train)
+    X, y = checks.data_pair(data, "data", features=64)
+    X, y = np.ascontiguousarray(X, np.float64), np.asarray(y).astype(np.int64)
+    return (X, y) if rows is None else (X[:rows], y[:rows])
+
+
 def _root(comm):
     while hasattr(comm, "parent"):
         comm = comm.parent

@@ -47,14 +47,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from coursekit import checks
-from coursekit.cluster.runner import ClusterRunner
 from coursekit.comm.trace import recording
 from coursekit.nn.mlp import MLP
 from coursekit.parallel.zero import ShardLayout, ZeroRank, sent_bytes, step_rows
 
 from .c10d_log import C10dLog
 from .requirement import import_torch
-from .torch_group import load_torch, process_group
+from .torch_group import digits_or, process_group, torch_ranks
 
 __all__ = ["CHAPTER8", "TORCH_SIDE", "ZeroFsdpConfig", "ZeroFsdpResult", "fsdp_padded",
            "zero_experiment"]
@@ -129,19 +128,12 @@ def zero_experiment(runner, config: ZeroFsdpConfig, data=None) -> ZeroFsdpResult
     """Run ``config`` on the first ``config.workers`` engines of ``runner`` (a
     ClusterRunner: torch's process group needs one process per rank). ``data``: (X, y),
     default chapter 08's rows of the digits (float64)."""
-    checks.instance(runner, "runner", ClusterRunner,
-                    " (engines: torch's process group needs one process per rank)")
     checks.instance(config, "config", ZeroFsdpConfig, " (coursekit.production.zero_fsdp)")
-    workers = runner.check_workers(config.workers)
-    if data is None:
-        from coursekit.data import load_digits
-        digits = load_digits(dtype=np.float64)
-        data = digits.X_train[:CHAPTER8["rows"]], digits.y_train[:CHAPTER8["rows"]]
     mlp = MLP(CHAPTER8["sizes"], dtype=np.float64, seed=CHAPTER8["model_seed"])
-    X, y = mlp.check_batch(*checks.data_pair(data, features=CHAPTER8["sizes"][0]))
+    X, y = mlp.check_batch(*digits_or(data, CHAPTER8["rows"] if data is None else None))
     if len(X) < CHAPTER8["batch_size"]:
         raise ValueError(f"data has {len(X)} rows; a step takes {CHAPTER8['batch_size']}")
-    runner.run(load_torch, *TORCH_MODULES, ranks=workers)  # before any collective waits on them
+    workers = torch_ranks(runner, config.workers, *TORCH_MODULES)
     ranks = runner.run(_compare_on_rank, config, mlp, X, y, ranks=workers)
     layout = ShardLayout.of(mlp, workers)
     stage, p = config.stage, workers
