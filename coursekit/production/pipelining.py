@@ -209,7 +209,7 @@ def _rank_compare(comm, config: PipelineConfig, X, y):
     X_t, y_t = torch.from_numpy(np.ascontiguousarray(X)), torch.from_numpy(y.astype(np.int64))
     out = {k: [] for k in ("loss", "torch_loss", "param", "grad", "scale", "course_s",
                            "torch_s", "course_bytes", "torch_bytes")}
-    with process_group(comm):
+    with process_group(comm, "gloo"):  # CPU float64 tensors, as on the course's side
         stage = PipelineStage(module, r, p, torch.device("cpu"), input_args=(shape_in,),
                               output_args=shape_out,
                               output_grads=(torch.zeros_like(shape_out),) if r < p - 1 else None,

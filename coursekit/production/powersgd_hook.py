@@ -255,7 +255,7 @@ def _rank_compare(comm, config: PowerSGDConfig, X, y):
             for param, g in zip(bucket.parameters(), bucket.gradients())]
         return psgd.powerSGD_hook(state, bucket)
 
-    with process_group(comm):
+    with process_group(comm, "gloo"):  # CPU float64 tensors, as on the course's side
         ddp = DistributedDataParallel(module)
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=config.rank,
                                    start_powerSGD_iter=config.start_iter, min_compression_rate=1,

@@ -72,6 +72,15 @@ def digits_or(data, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     return (X, y) if rows is None else (X[:rows], y[:rows])
 
 
+def group_device():
+    """Where this rank's tensors must live for the open group's collectives: its GPU under
+    NCCL, else the CPU (gloo)."""
+    torch = import_torch()
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _root(comm):
     while hasattr(comm, "parent"):
         comm = comm.parent

@@ -153,8 +153,8 @@ m.stop()  # the MPI cluster of this section; the chapter's cluster c stays
 # the ranks of a course Comm: rank *i* of the group is rank *i* of the cluster, rank 0
 # opens the rendezvous store on a free port and the course Comm tells the others where;
 # gloo on CPU, NCCL when every engine has a GPU. The group is destroyed when the block
-# ends.
-
+# ends. The comparisons below ask for gloo whatever the engines have: the course's side
+# computes in float64 on the CPU, and so does torch's.
 #
 # Four engines importing torch at once take several seconds on two cores; a rank that
 # finished first would wait in the rendezvous. So every section first imports what it
@@ -171,9 +171,9 @@ print(f"PyTorch {torch_versions[0].split('+')[0]} on {engines.size} engines")
 def sum_of_ranks(comm):
     import torch
     import torch.distributed as dist
-    from coursekit.production.torch_group import process_group
-    with process_group(comm):
-        x = torch.tensor([float(comm.rank)], dtype=torch.float64)
+    from coursekit.production.torch_group import group_device, process_group
+    with process_group(comm):  # gloo here; NCCL on a cluster whose engines all have a GPU
+        x = torch.tensor([float(comm.rank)], dtype=torch.float64, device=group_device())
         dist.all_reduce(x)
         return dist.get_rank(), dist.get_world_size(), dist.get_backend(), float(x[0])
 
