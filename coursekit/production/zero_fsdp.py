@@ -61,10 +61,12 @@ __all__ = ["CHAPTER8", "TORCH_SIDE", "ZeroFsdpConfig", "ZeroFsdpResult", "fsdp_p
 #: chapter 08 section 2's run (the model, data rows, batch and optimizer)
 CHAPTER8 = dict(sizes=(64, 96, 64, 10), model_seed=1, rows=768, batch_size=64, lr=0.1,
                 momentum=0.9)
-#: what torch runs against each course stage
+#: |course - torch| allowed after a step: float64, the two sides sum in different orders
+TOLERANCE = 1e-12
 #: What the torch side imports (DDP, the optimizer, FSDP), once on every rank before it runs.
 TORCH_MODULES = ("torch.distributed.device_mesh", "torch.distributed.fsdp",
                  "torch.distributed.optim", "torch.nn.parallel")
+#: what torch runs against each course stage
 TORCH_SIDE = {1: "DDP + ZeroRedundancyOptimizer(SGD)",
               2: "fully_shard(Linear, reshard_after_forward=False)",
               3: "fully_shard(Linear) + fully_shard(Sequential)"}

@@ -16,7 +16,7 @@ from matplotlib.ticker import NullLocator
 
 from .style import byte_label, series_color
 
-__all__ = ["plot_mpi_collectives"]
+__all__ = ["plot_mpi_collectives", "plot_side_by_side"]
 
 _LOOK = {"MPI": ("-", "o"), "MpiComm": ("-", "s"), "ZmqComm": ("--", "^")}
 
@@ -50,4 +50,30 @@ def plot_mpi_collectives(results, fig: Figure | None = None) -> Figure:
     # below the panels, so that they get the figure's whole width for their size labels
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=4,
                fontsize=8, frameon=False)
+    return fig
+
+
+def plot_side_by_side(rows, fig: Figure | None = None) -> Figure:
+    """:class:`coursekit.production.side_by_side.SideBySide` rows as paired bars: time per step
+    (left) and bytes per rank per step (right), the course's beside torch's, one pair per
+    row (one run of the panel)."""
+    import numpy as np
+
+    rows = list(rows)
+    fig = fig or Figure(figsize=(10, 3.6), layout="constrained")
+    ax_time, ax_bytes = fig.subplots(1, 2)
+    x = np.arange(len(rows))
+    labels = [f"{i + 1}: {r.experiment.split(' vs ')[0]}, p={r.workers}" for i, r in enumerate(rows)]
+    for ax, course, torch, unit in (
+            (ax_time, [r.course_ms for r in rows], [r.library_ms for r in rows], "time per step [ms]"),
+            (ax_bytes, [r.course_bytes / 1e3 for r in rows], [r.library_bytes / 1e3 for r in rows],
+             "bytes per rank per step [kB]")):
+        ax.bar(x - 0.2, course, 0.4, color=series_color(0), label="coursekit")
+        ax.bar(x + 0.2, torch, 0.4, color=series_color(1), label="torch")
+        ax.set_ylabel(unit, fontsize=9)
+        ax.set_xticks(x, [str(i + 1) for i in x], fontsize=8)
+        ax.set_xlabel("run", fontsize=9)
+        ax.tick_params(labelsize=8)
+    ax_time.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.25), ncols=2, frameon=False)
+    fig.suptitle("; ".join(labels[-3:]), fontsize=8)
     return fig

@@ -9,13 +9,13 @@ from coursekit.comm import setup_comm
 from coursekit.nn import MLP
 from coursekit.parallel.zero import ShardLayout, state_bytes
 from coursekit.production.requirement import INSTALL_HINT, torch_available
-from coursekit.production.zero_fsdp import (CHAPTER8, ZeroFsdpConfig, fsdp_padded,
+from coursekit.production.zero_fsdp import (CHAPTER8, TOLERANCE, ZeroFsdpConfig, fsdp_padded,
                                             zero_experiment)
 
 needs_torch = pytest.mark.skipif(not torch_available(), reason=INSTALL_HINT)
 
 PSI = 64 * 96 + 96 + 96 * 64 + 64 + 64 * 10 + 10  # 13098 parameters
-TOL = 1e-12  # float64: the two sides sum in different orders (measured: 2.2e-16)
+TOL = TOLERANCE  # float64: the two sides sum in different orders (measured: 2.2e-16)
 
 
 # -- the config and the padding formula, no cluster ---------------------------------------
