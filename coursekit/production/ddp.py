@@ -32,6 +32,7 @@ course's from its trace.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -50,10 +51,11 @@ from .requirement import import_torch
 from .torch_group import process_group
 from .torch_mlp import course_names, flat_params, to_torch
 
-__all__ = ["DDPBucket", "DDPConfig", "DDPResult", "ddp_bucket_plan", "ddp_experiment",
-           "ring_bytes", "serial_reference"]
+__all__ = ["DDPBucket", "DDPConfig", "DDPResult", "course_steps", "ddp_bucket_plan",
+           "ddp_experiment", "in_group", "ring_bytes", "serial_reference"]
 
 ITEMSIZE = 8  # float64
+GLOO_TIMEOUT = 60.0  # seconds: a loaded 2-core machine can stall a rank for more than 10 s
 MIB = 1 << 20  # torch's bucket_cap_mb is in MiB: int(bucket_cap_mb * 1024 * 1024) bytes
 
 
@@ -209,37 +211,48 @@ class _BucketLog:
         return allreduce_hook(None, bucket)
 
 
-def _course_side(comm, cfg: DDPConfig, data):
-    """Chapter 3's ``train_worker`` for 1, 2, ..., steps steps: the parameters after each."""
+def course_steps(comm, cfg: DDPConfig, data):
+    """On every rank: chapter 3's ``train_worker`` run for 1, 2, ..., steps steps. Returns
+    (the parameters after each step (steps, N), bytes this rank sent per step (its trace),
+    the last run's seconds per step)."""
     dp = cfg.course_config()
     runs = [train_worker(comm, replace(dp, max_steps=t), data) for t in range(1, cfg.steps + 1)]
     sent = sum(m.nbytes for m in runs[-1].trace if m.op == "send") / cfg.steps
     return np.stack([r.params for r in runs]), sent, runs[-1].step_s
 
 
-def _ddp_side(comm, cfg: DDPConfig, data):
+def _ddp_steps(comm, cfg: DDPConfig, data):
     """DDP on the same rows from the same weights: parameters, buckets, seconds per step."""
     torch = import_torch()
     from torch.nn.parallel import DistributedDataParallel
     X, y = data
     sampler = Sampler(len(X), cfg.batch_size, cfg.seed)
     params, seconds = [], []
-    with process_group(comm):
-        model = to_torch(MLP(cfg.sizes, dtype=np.float64, seed=cfg.seed))
-        ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
-        log = _BucketLog(model)
-        ddp.register_comm_hook(None, log.hook)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-        for step in range(cfg.steps):
-            rows, _ = sampler.local(step, comm.rank, comm.size)
-            Xk, yk = torch.from_numpy(X[rows]), torch.from_numpy(y[rows].astype(np.int64))
-            log.step, t0 = step, now()
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(ddp(Xk), yk).backward()
-            optimizer.step()
-            seconds.append(now() - t0)
-            params.append(flat_params(model))
+    model = to_torch(MLP(cfg.sizes, dtype=np.float64, seed=cfg.seed))
+    ddp = DistributedDataParallel(model, bucket_cap_mb=cfg.bucket_cap_mb)
+    log = _BucketLog(model)
+    ddp.register_comm_hook(None, log.hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    for step in range(cfg.steps):
+        rows, _ = sampler.local(step, comm.rank, comm.size)
+        Xk, yk = torch.from_numpy(X[rows]), torch.from_numpy(y[rows].astype(np.int64))
+        log.step, t0 = step, now()
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(Xk), yk).backward()
+        optimizer.step()
+        seconds.append(now() - t0)
+        params.append(flat_params(model))
     return np.stack(params), log.buckets, np.array(seconds)
+
+
+def in_group(comm, fn, *args):
+    """``fn(*args)`` inside torch's process group on ``comm`` (gloo's timeout at least
+    :data:`GLOO_TIMEOUT`). Whatever DDP ``fn`` built is freed before the group is destroyed:
+    a DDP whose group was destroyed first can hang rank 0 in its destructor (seen here)."""
+    with process_group(comm, timeout=max(comm.timeout, GLOO_TIMEOUT)):
+        out = fn(*args)
+        gc.collect()
+    return out
 
 
 def _on_rank(comm, cfg: DDPConfig, data):
@@ -247,7 +260,7 @@ def _on_rank(comm, cfg: DDPConfig, data):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # like the course's kernels (NUMBA_NUM_THREADS=1 on engines)
     try:
-        return _course_side(comm, cfg, data), _ddp_side(comm, cfg, data)
+        return course_steps(comm, cfg, data), in_group(comm, _ddp_steps, comm, cfg, data)
     finally:
         torch.set_num_threads(threads)
 

@@ -60,7 +60,94 @@ groups
 
 # %% [markdown]
 # ## 3. DDP beside chapter 3's synchronous allreduce SGD
-# (section 3: DDP)
+#
+# Chapter 3's synchronous allreduce SGD and PyTorch's `DistributedDataParallel` (DDP) run
+# here on the same engines, from the same weights (the course's `MLP` copied into
+# `torch.nn.Linear` layers: torch keeps $W^T$), on the same rows of the same batches, with
+# the same SGD with momentum, in float64. `coursekit.production.ddp.ddp_experiment` runs
+# both and keeps the parameters after every step:
+#
+# - the course: each worker weights its mean gradient by $n_k/B$ and allreduces it (ring),
+#   in buckets of at most the cap, cut from the end of the flat buffer;
+# - DDP: each worker's mean gradient, bucket by bucket, divided by $p$ and sum-allreduced
+#   by gloo. That is the same $g=\frac1p\sum_k g_k$ because every worker has $B/p$ rows
+#   (DDP weighs every rank $1/p$; `ddp_experiment` refuses a batch that $p$ does not divide).
+#
+# The model is chapter 3's bucket model, 64-256-256-10: $N = 85\,002$ parameters, 680 kB.
+# Tolerance: $10^{-12}$ on every parameter (float64; the two sides add in different orders).
+
+# %%
+from coursekit.production.ddp import DDPConfig, ddp_bucket_plan, ddp_experiment
+
+SIZES = (64, 256, 256, 10)
+ddp_runs = {(p, cap): ddp_experiment(engines, DDPConfig(sizes=SIZES, steps=5, bucket_cap_mb=cap),
+                                     workers=p)
+            for p in (2, 4) for cap in (0.1, 0.25, 25)}
+for (p, cap), r in ddp_runs.items():
+    assert (r.max_diff <= 1e-12).all(), ((p, cap), r.max_diff)          # DDP == course, every step
+    assert (r.max_diff_serial <= 1e-12).all(), ((p, cap), r.max_diff_serial)  # == serial, big batch
+print(f"PASS: after each of 5 steps, on 2 and 4 engines, with 3 bucket caps, DDP's {r.n_params} "
+      "parameters equal the course's and serial SGD's within 1e-12")
+
+# %% [markdown]
+# **Buckets.** DDP never splits a tensor. It packs whole parameters, in the order their
+# gradients become ready in the backward pass ($b_3, W_3, b_2, W_2, \dots$), into a bucket
+# until the bucket holds at least `bucket_cap_mb` MiB. The course (chapter 3, `make_buckets`)
+# cuts the flat buffer into slices of *at most* the cap, from its end. So the course has
+# $\lceil 8N/\text{cap}\rceil$ buckets, DDP at most as many, and bigger ones. A communication
+# hook (`register_comm_hook`) sees every `GradBucket` DDP sends; it records them here and then
+# averages each as DDP's default hook does. In its **first** step DDP sends one bucket of
+# everything: it learns the order in which gradients arrive during that backward pass and
+# rebuilds its buckets before the second step.
+
+# %%
+for cap in (0.1, 0.25, 25):
+    r = ddp_runs[4, cap]
+    cap_bytes = DDPConfig(bucket_cap_mb=cap).bucket_bytes
+    course_kB = [(hi - lo) * 8 / 1e3 for lo, hi in r.course_buckets]
+    assert len(r.buckets_at(0)) == 1  # before the rebuild: one bucket
+    for step in range(1, 5):  # from step 2 on: DDP's rule
+        assert [b.names for b in r.buckets_at(step)] == ddp_bucket_plan(SIZES, cap)
+    ddp_kB = [b.numel * 8 / 1e3 for b in r.buckets_at(1)]
+    assert max(course_kB) <= cap_bytes / 1e3 and all(n >= cap_bytes / 1e3 for n in ddp_kB[:-1])
+    assert len(course_kB) == -(-8 * r.n_params // cap_bytes) >= len(ddp_kB)
+    print(f"cap {cap:>5} MiB: course {len(course_kB)} buckets (kB): "
+          f"{' '.join(f'{n:.1f}' for n in course_kB)}")
+    print(f"{'':16}DDP {len(ddp_kB)}: " + "  ".join(
+        f"[{' '.join(b.names)}] {b.numel * 8 / 1e3:.1f}" for b in r.buckets_at(1)))
+
+# %% [markdown]
+# **Bytes.** Each bucket is one ring allreduce: every rank sends $2\frac{p-1}{p}\,n\cdot 8$
+# bytes for a bucket of $n$ float64 values. Summed over a step's buckets that is
+# $2\frac{p-1}{p}\,N\cdot 8$ on both sides, whatever the cap: buckets change the number of
+# messages (and so the latency paid), not the bytes. DDP's count is from its hook's bucket
+# sizes; the course's from its trace (its ranks differ by a few bytes when $p$ does not
+# divide a bucket; their mean is the formula).
+
+# %%
+for (p, cap), r in ddp_runs.items():
+    formula = 2 * (p - 1) / p * r.n_params * 8
+    assert np.allclose(r.ddp_sent, formula, rtol=1e-12), (p, cap)
+    assert np.isclose(r.course_sent.mean(), formula, rtol=1e-12), (p, cap)
+    assert np.abs(r.course_sent - formula).max() <= 2 * (p - 1) * 8 * len(r.course_buckets)
+for p in (2, 4):
+    r = ddp_runs[p, 0.1]
+    print(f"p={p}: each rank sends {r.bytes_formula / 1e3:.1f} kB per step "
+          f"(course: {r.course_sent.mean() / 1e3:.1f} kB, DDP: {r.ddp_sent.mean() / 1e3:.1f} kB)")
+
+# %% [markdown]
+# **Time per step** (the slowest rank's, median over the steps; without reading the rows).
+# Not asserted: two shared cores run four engines here, and one step is a few
+# milliseconds. DDP launches each bucket's allreduce from an autograd hook while the backward
+# pass goes on (gloo runs it on its own thread, in C++); the course overlaps too (a Python
+# thread per rank), but its backward runs layer by layer in NumPy, and each ring step is a
+# Python call on ZMQ sockets.
+
+# %% tags=["nbval-ignore-output"]
+print(f"{'engines':>7} {'cap MiB':>8} {'course ms':>10} {'DDP ms':>8}")
+for (p, cap), r in ddp_runs.items():
+    course_s, ddp_s = r.time_per_step
+    print(f"{p:>7} {cap:>8} {course_s * 1e3:>10.2f} {ddp_s * 1e3:>8.2f}")
 
 # %% [markdown]
 # ## 4. ZeroRedundancyOptimizer and FSDP beside chapter 8's ZeRO
