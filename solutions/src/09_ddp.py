@@ -29,15 +29,15 @@
 # PyTorch is the `torch` extra (`make lab` installs it).
 
 # %%
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
-
 from coursekit.grading.ch09 import check_ddp_wrap
 
 
 # %%
 def wrap_in_ddp(model, bucket_cap_mb):
     """``model`` in DDP, buckets of ``bucket_cap_mb`` MiB, each bucket averaged by a hook."""
+    import torch.distributed as dist  # this function runs on the engines: import there
+    from torch.nn.parallel import DistributedDataParallel
+
     # Hint: DistributedDataParallel(model, bucket_cap_mb=...), then ddp.register_comm_hook(None, hook)
     ### BEGIN SOLUTION
     ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
