@@ -163,7 +163,97 @@ for (p, cap), r in ddp_runs.items():
 
 # %% [markdown]
 # ## 7. Porting chapter 3's training script to DDP
-# (section 7: porting and the other frameworks)
+#
+# A PyTorch script written the chapter-3 way (each rank sums the weighted gradients with the
+# course's ring `allreduce`) becomes a DDP script with a handful of changed lines:
+# open torch's process group (`torchrun` sets its address, rank and world size in the
+# environment), wrap the model in `DDP`, delete the hand-written allreduce, close the group.
+# Both files below are real: `coursekit.production.porting.run_script` runs each on every
+# engine as `torchrun` would, and the diff is made by `difflib` from the same two strings.
+
+# %%
+from coursekit.production import porting
+
+print(porting.port_diff())
+
+# %%
+from coursekit.data import load_digits
+from coursekit.production.ddp import DDPConfig, serial_reference
+
+train_set = load_digits(dtype=np.float64)
+X_train, y_train = train_set.X_train, train_set.y_train
+by_hand = engines.run(porting.run_script, porting.CHAPTER3_SCRIPT, X_train, y_train)
+ported = engines.run(porting.run_script, porting.DDP_SCRIPT, X_train, y_train)
+serial = serial_reference(DDPConfig(sizes=(64, 32, 10), steps=5), X_train, y_train)[-1]
+for run in (by_hand, ported):  # every rank ends with the same model
+    assert all(np.array_equal(params, run[0]) for params in run)
+assert np.abs(ported[0] - by_hand[0]).max() <= 1e-12 and np.abs(ported[0] - serial).max() <= 1e-12
+print("PASS: after 5 steps on 4 engines the ported script's parameters equal the chapter-3 "
+      "script's and serial SGD's within 1e-12")
+
+# %% [markdown]
+# ### The same step in the other frameworks
+#
+# Chapter 07's [section 11](07_at_scale.ipynb) maps each of the course's functions to the
+# library calls that replace it. Here is the training step above in each framework (not
+# installed here, not run), with what each adds to DDP.
+#
+# **Horovod** (MPI or Gloo to start, NCCL or MPI to reduce). `DistributedOptimizer` reduces the
+# gradients with a ring allreduce; *tensor fusion* packs small tensors into one buffer of up
+# to `HOROVOD_FUSION_THRESHOLD` bytes (DDP's buckets). Started by `horovodrun -np 4` or `mpirun`.
+#
+# ```python
+# import horovod.torch as hvd
+# hvd.init()
+# optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+# hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+# loss.backward(); optimizer.step()      # the allreduce happens in the optimizer's hooks
+# ```
+#
+# **DeepSpeed**. The engine wraps model and optimizer; a JSON config switches on ZeRO
+# (stage 1: optimizer states sharded, 2: + gradients, 3: + parameters; chapter 8), mixed
+# precision and gradient accumulation, with no change to the step. Started by `deepspeed train.py`.
+#
+# ```python
+# import deepspeed
+# config = {"train_batch_size": 64, "zero_optimization": {"stage": 2}, "bf16": {"enabled": True},
+#           "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}}}
+# engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+#                                                config=config)
+# loss = engine(X).loss; engine.backward(loss); engine.step()
+# ```
+#
+# **Megatron-LM** (Megatron Core). Splits the ranks into tensor-, pipeline- and data-parallel
+# groups (chapter 5); layers are written with column/row-parallel linears, and the
+# data-parallel group reduces the gradients in buckets, like DDP.
+#
+# ```python
+# from megatron.core import parallel_state
+# parallel_state.initialize_model_parallel(tensor_model_parallel_size=2,
+#                                          pipeline_model_parallel_size=2)  # the rest: data parallel
+# model = DistributedDataParallel(config, ddp_config, module=gpt_model)     # megatron.core's DDP
+# ```
+#
+# **tf.distribute** (TensorFlow). A strategy replicates the model on every device or worker and
+# all-reduces the gradients (NCCL or ring collectives); `MultiWorkerMirroredStrategy` reads the
+# cluster from `TF_CONFIG`.
+#
+# ```python
+# strategy = tf.distribute.MultiWorkerMirroredStrategy()
+# with strategy.scope():
+#     model = make_model(); model.compile(optimizer=tf.keras.optimizers.SGD(0.1, momentum=0.9),
+#                                         loss="sparse_categorical_crossentropy")
+# model.fit(dataset, epochs=2)    # the dataset is sharded and the gradients all-reduced per step
+# ```
+#
+# **PyTorch Lightning on Slurm**. The `Trainer` builds DDP itself and reads the ranks from
+# Slurm's environment; one `srun` task per GPU.
+#
+# ```python
+# # job.sh: #SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-node=4, then: srun python train.py
+# trainer = lightning.Trainer(strategy="ddp", accelerator="gpu", devices=4, num_nodes=2)
+# trainer.fit(lit_module, train_dataloader)
+# ```
 
 # %% [markdown]
 # ## When you are done

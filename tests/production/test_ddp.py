@@ -119,3 +119,29 @@ def test_the_experiment_refuses_threads_and_uneven_shards(digits_f64):
         DDPConfig(batch_size=64).check_workers(3, 1000)
     with pytest.raises(ValueError, match="at most 15 steps"):
         DDPConfig(steps=16, batch_size=64).check_workers(2, 1000)
+
+
+# ---- porting chapter 3's script to DDP (coursekit.production.porting) ----
+
+def test_the_ported_script_trains_like_the_chapter3_script(cluster4, digits_f64):
+    from coursekit.production import porting
+    setup_comm(cluster4, timeout=30)
+    runner = ClusterRunner(cluster4)
+    X, y = digits_f64.X_train, digits_f64.y_train
+    by_hand = runner.run(porting.run_script, porting.CHAPTER3_SCRIPT, X, y, timeout=300)
+    ported = runner.run(porting.run_script, porting.DDP_SCRIPT, X, y, timeout=300)
+    serial = serial_reference(DDPConfig(sizes=(64, 32, 10), steps=5), X, y)[-1]
+    assert np.abs(ported[0] - by_hand[0]).max() <= TOL
+    assert np.abs(ported[0] - serial).max() <= TOL
+    assert all(np.array_equal(p, ported[0]) for p in ported)
+
+
+def test_the_port_diff_is_small_and_names_what_changed():
+    from coursekit.production import porting
+    diff = porting.port_diff()
+    changed = [l for l in diff.splitlines() if l[:1] in "+-" and l[:3] not in ("+++", "---")]
+    assert len(changed) <= 16, diff
+    assert any(l.startswith('+dist.init_process_group("gloo")') for l in changed)
+    assert any(l.startswith("+dist.destroy_process_group()") for l in changed)
+    assert any(l.startswith("-") and "allreduce(comm" in l for l in changed)
+    assert any(l.startswith("+") and "DDP(" in l for l in changed)
