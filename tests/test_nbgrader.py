@@ -52,6 +52,7 @@ WRONG = {
     "05_pipeline_schedule": ("warm = min(stages - 1 - r, microbatches)", "warm = min(stages - r, microbatches)"),
     "06_topk_error_feedback": ("return mean / comm.size, new_residual", "return mean / comm.size, residual"),
     "08_zero2": ("optimizer.step(grad_shard)", "optimizer.step(grad_shard / comm.size)"),
+    "09_ddp": ("tensor = bucket.buffer().div_(dist.get_world_size())", "tensor = bucket.buffer()"),
 }
 # the points of each exercise: one per check it calls
 POINTS = {name: 1 for name in EXERCISES} | {"02_collectives": 2}
