@@ -81,15 +81,19 @@ def _student_side(comm, wrap, cfg, data):
 
 
 def _both(comm, wrap, cfg, data):
-    from coursekit.production.ddp import course_steps, in_group
-    return course_steps(comm, cfg, data)[0], in_group(comm, _student_side, comm, wrap, cfg, data)
+    from coursekit.production.ddp import course_steps
+    from coursekit.production.torch_group import process_group
+    course = course_steps(comm, cfg, data)[0]
+    with process_group(comm, "gloo"):
+        return course, _student_side(comm, wrap, cfg, data)
 
 
 def _run(wrap, runner, seed):
     from coursekit.cluster.runner import RankFailure
     from coursekit.production.ddp import DDPConfig, ring_bytes, serial_reference
+    from coursekit.production.torch_group import torch_ranks
 
-    p = runner.size
+    p = torch_ranks(runner, runner.size, "torch.nn.parallel")
     for cap in CAPS:
         cfg = DDPConfig(sizes=SIZES, steps=STEPS, batch_size=3 * p, bucket_cap_mb=cap,
                         lr=0.3, momentum=0.0, seed=seed)

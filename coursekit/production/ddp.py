@@ -32,13 +32,11 @@ course's from its trace.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from coursekit import checks
-from coursekit.cluster.runner import ClusterRunner
 from coursekit.comm.trace import now
 from coursekit.nn.layout import check_sizes, layer_slices, n_params
 from coursekit.nn.mlp import MLP
@@ -48,14 +46,15 @@ from coursekit.parallel.data_parallel.buckets import make_buckets
 from coursekit.parallel.data_parallel.sampler import Sampler
 
 from .requirement import import_torch
-from .torch_group import process_group
+from .torch_group import digits_or, process_group, torch_ranks
 from .torch_mlp import course_names, flat_params, to_torch
 
 __all__ = ["DDPBucket", "DDPConfig", "DDPResult", "course_steps", "ddp_bucket_plan",
-           "ddp_experiment", "in_group", "ring_bytes", "serial_reference"]
+           "ddp_experiment", "ring_bytes", "serial_reference"]
 
 ITEMSIZE = 8  # float64
-GLOO_TIMEOUT = 60.0  # seconds: a loaded 2-core machine can stall a rank for more than 10 s
+#: |DDP - course| allowed after a step: float64, the two sides reduce in different orders
+TOLERANCE = 1e-12
 MIB = 1 << 20  # torch's bucket_cap_mb is in MiB: int(bucket_cap_mb * 1024 * 1024) bytes
 
 
@@ -245,22 +244,14 @@ def _ddp_steps(comm, cfg: DDPConfig, data):
     return np.stack(params), log.buckets, np.array(seconds)
 
 
-def in_group(comm, fn, *args):
-    """``fn(*args)`` inside torch's process group on ``comm`` (gloo's timeout at least
-    :data:`GLOO_TIMEOUT`). Whatever DDP ``fn`` built is freed before the group is destroyed:
-    a DDP whose group was destroyed first can hang rank 0 in its destructor (seen here)."""
-    with process_group(comm, timeout=max(comm.timeout, GLOO_TIMEOUT)):
-        out = fn(*args)
-        gc.collect()
-    return out
-
-
 def _on_rank(comm, cfg: DDPConfig, data):
     torch = import_torch()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # like the course's kernels (NUMBA_NUM_THREADS=1 on engines)
     try:
-        return course_steps(comm, cfg, data), in_group(comm, _ddp_steps, comm, cfg, data)
+        course = course_steps(comm, cfg, data)
+        with process_group(comm, "gloo"):  # CPU float64 tensors, as on the course's side
+            return course, _ddp_steps(comm, cfg, data)
     finally:
         torch.set_num_threads(threads)
 
@@ -286,17 +277,10 @@ def ddp_experiment(runner, config: DDPConfig, data=None, *, workers: int | None 
 
     Raises RuntimeError if the ranks of one side end a step with different parameters."""
     checks.instance(config, "config", DDPConfig)
-    checks.instance(runner, "runner", ClusterRunner,
-                    " (torch.distributed needs one process per rank: ClusterRunner(cluster))")
-    p = runner.check_workers(workers)
-    if data is None:
-        from coursekit.data import load_digits
-        digits = load_digits(dtype=np.float64)
-        data = (digits.X_train, digits.y_train)
-    checks.data_pair(data, "data", features=config.sizes[0])
-    X, y = np.ascontiguousarray(data[0], np.float64), np.asarray(data[1])
+    X, y = digits_or(data, features=config.sizes[0])
     if y.min() < 0 or y.max() >= config.sizes[-1]:
         raise ValueError(f"data: labels must lie in [0, {config.sizes[-1]}) (sizes[-1])")
+    p = torch_ranks(runner, runner.size if workers is None else workers, "torch.nn.parallel")
     config.check_workers(p, len(X))
     out = runner.run(_on_rank, config, (X, y), ranks=p, timeout=timeout)
     course = [o[0] for o in out]

@@ -17,16 +17,12 @@ layout).
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import os
 import socket
 
 import numpy as np
 
-from coursekit.collectives import bcast
-
-from .torch_group import rendezvous_host
+from .torch_group import environment, interface_of, own_address, share_address
 
 __all__ = ["CHAPTER3_SCRIPT", "DDP_SCRIPT", "port_diff", "run_script", "torchrun_env"]
 
@@ -80,7 +76,6 @@ del model  # DDP goes before its process group
 dist.destroy_process_group()
 '''
 
-_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
 def port_diff(before: str = CHAPTER3_SCRIPT, after: str = DDP_SCRIPT) -> str:
@@ -89,28 +84,20 @@ def port_diff(before: str = CHAPTER3_SCRIPT, after: str = DDP_SCRIPT) -> str:
                                         "train_ch03.py", "train_ddp.py", n=1))
 
 
-@contextlib.contextmanager
 def torchrun_env(comm):
     """The environment ``torchrun`` gives each rank, while the block runs (call on every
-    rank): rank 0's address and a free port of it, RANK and WORLD_SIZE of ``comm``."""
-    host = rendezvous_host(comm)
-    port = np.zeros(1, np.int64)
+    rank): rank 0's address and a free port of it, RANK and WORLD_SIZE of ``comm``, and
+    the interface gloo is to use (as on a cluster: ``GLOO_SOCKET_IFNAME``)."""
+    own = own_address(comm)
+    port = 0
     if comm.rank == 0:
         with socket.socket() as probe:  # a port free now; init_process_group binds it
-            probe.bind((host, 0))
-            port[0] = probe.getsockname()[1]
-    port = int(bcast(comm, port, root=0)[0])
-    saved = {key: os.environ.get(key) for key in _ENV}
-    os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port), RANK=str(comm.rank),
-                      LOCAL_RANK=str(comm.rank), WORLD_SIZE=str(comm.size))
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            probe.bind((own, 0))
+            port = probe.getsockname()[1]
+    host, port = share_address(comm, own, port)
+    return environment(MASTER_ADDR=host, MASTER_PORT=str(port), RANK=str(comm.rank),
+                       LOCAL_RANK=str(comm.rank), WORLD_SIZE=str(comm.size),
+                       GLOO_SOCKET_IFNAME=interface_of(own))
 
 
 def run_script(comm, source: str, X, y) -> np.ndarray:

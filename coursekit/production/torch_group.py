@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import os
 import socket
 
@@ -60,14 +61,14 @@ def torch_ranks(runner, workers: int, *modules: str) -> int:
     return workers
 
 
-def digits_or(data, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``data`` (an (X, y) pair with 64 features), default the digits' training rows, as
-    float64 X and int64 y; the first ``rows`` rows when given."""
+def digits_or(data, rows: int | None = None, features: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """``data`` (an (X, y) pair with ``features`` columns), default the digits' training
+    rows, as float64 X and int64 y; the first ``rows`` rows when given."""
     if data is None:
         from coursekit.data import load_digits
         digits = load_digits(dtype=np.float64)
         data = (digits.X_train, digits.y_train)
-    X, y = checks.data_pair(data, "data", features=64)
+    X, y = checks.data_pair(data, "data", features=features)
     X, y = np.ascontiguousarray(X, np.float64), np.asarray(y).astype(np.int64)
     return (X, y) if rows is None else (X[:rows], y[:rows])
 
@@ -123,7 +124,9 @@ def choose_backend(comm, backend: str = "auto") -> str:
     return "nccl" if allreduce(comm, has_gpu, op="min")[0] == 1.0 else "gloo"
 
 
-def _share_address(comm, host: str, port: int) -> tuple[str, int]:
+def share_address(comm, host: str, port: int) -> tuple[str, int]:
+    """Rank 0's ``(host, port)`` on every rank of ``comm`` (call on every rank; the
+    others' arguments are ignored): the course Comm carries it."""
     if comm.rank == 0:
         text = np.frombuffer(f"{host}:{port}".encode(), np.uint8).copy()
         for dest in range(1, comm.size):
@@ -134,17 +137,42 @@ def _share_address(comm, host: str, port: int) -> tuple[str, int]:
     return got_host, int(got_port)
 
 
+#: Seconds torch's collectives may wait at least: a loaded 2-core machine can stall a rank
+#: for more than a course Comm's usual 10 s (gloo would then abort the whole group).
+GROUP_TIMEOUT_S = 60.0
+
+
+@contextlib.contextmanager
+def environment(**values: str):
+    """Set these environment variables of this process while the block runs, then restore
+    them (gloo and ``init_process_group``'s env:// rendezvous read them when a group is made)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 @contextlib.contextmanager
 def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
     """The default torch.distributed group on ``comm``'s ranks while the block runs.
 
     Yields the group (``torch.distributed.group.WORLD``); ``timeout`` (seconds, default the
-    comm's) bounds the rendezvous and every collective.
+    comm's, at least :data:`GROUP_TIMEOUT_S`) bounds the rendezvous and every collective.
+    Before the group is destroyed, the garbage collector frees what the block built: a DDP
+    object that outlives its group can hang rank 0 in its destructor (seen here, 1 run in 30).
     """
     torch = import_torch()
     dist = torch.distributed
-    timeout = comm.timeout if timeout is None else checks.real(timeout, "timeout", above=0,
-                                                                hint=" (seconds)")
+    if timeout is None:
+        timeout = max(comm.timeout, GROUP_TIMEOUT_S)
+    else:
+        timeout = checks.real(timeout, "timeout", above=0, hint=" (seconds)")
     backend = choose_backend(comm, backend)
     if dist.is_initialized():  # left by a run that was interrupted inside its block
         dist.destroy_process_group()
@@ -153,25 +181,19 @@ def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
     if comm.rank == 0:
         store = dist.TCPStore(host, 0, comm.size, is_master=True, timeout=limit,
                               wait_for_workers=False)
-        _share_address(comm, host, store.port)
+        share_address(comm, host, store.port)
     else:
-        host, port = _share_address(comm, host, 0)
+        host, port = share_address(comm, host, 0)
         store = dist.TCPStore(host, port, comm.size, is_master=False, timeout=limit)
     if backend == "nccl":
         from coursekit.cluster import this_engine
         torch.cuda.set_device(this_engine().local_rank % torch.cuda.device_count())
     # gloo connects the ranks through the interface this names (read when the group is made)
-    previous = os.environ.get("GLOO_SOCKET_IFNAME")
-    os.environ["GLOO_SOCKET_IFNAME"] = interface_of(own)
-    try:
+    with environment(GLOO_SOCKET_IFNAME=interface_of(own)):
         dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
                                 timeout=limit)
-    finally:
-        if previous is None:
-            del os.environ["GLOO_SOCKET_IFNAME"]
-        else:
-            os.environ["GLOO_SOCKET_IFNAME"] = previous
     try:
         yield dist.group.WORLD
     finally:
+        gc.collect()
         dist.destroy_process_group()

@@ -8,13 +8,13 @@ import pytest
 from coursekit import costmodel
 from coursekit.comm import setup_comm
 from coursekit.cluster.runner import ClusterRunner, LocalRunner
-from coursekit.production.ddp import (DDPConfig, ddp_bucket_plan, ddp_experiment, ring_bytes,
+from coursekit.production.ddp import (TOLERANCE, DDPConfig, ddp_bucket_plan, ddp_experiment, ring_bytes,
                                       serial_reference)
 
 pytest.importorskip("torch")
 
 SIZES = (64, 256, 256, 10)
-TOL = 1e-12  # float64: the two sides reduce in different orders
+TOL = TOLERANCE  # float64: the two sides reduce in different orders
 
 
 @pytest.fixture(scope="module")
