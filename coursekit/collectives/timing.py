@@ -54,6 +54,18 @@ def time_collective(comm, collective: str, algorithm: str, nbytes: int, repeats:
     return times
 
 
+def message_sizes(sizes, name: str = "sizes") -> tuple[int, ...]:
+    """``sizes`` as a non-empty tuple of message sizes in bytes (integers >= 1)."""
+    if isinstance(sizes, (str, bytes)) or not np.iterable(sizes):
+        raise TypeError(f"{name} must be a sequence of message sizes in bytes (integers "
+                        f">= 1); got {sizes!r:.60}")
+    sizes = tuple(checks.integer(s, name, at_least=1, hint=" (message sizes in bytes)")
+                  for s in sizes)
+    if not sizes:
+        raise ValueError(f"{name} is empty: give at least one message size in bytes")
+    return sizes
+
+
 def _one_of(value, name: str, what: str, allowed: list) -> None:
     """TypeError unless ``value`` is a str, ValueError unless it is in ``allowed``."""
     if not isinstance(value, str):
@@ -79,13 +91,7 @@ class TimingConfig:
         _one_of(self.collective, "collective", "collective", list(ALGORITHMS))
         _one_of(self.algorithm, "algorithm", f"{self.collective} algorithm",
                 list(ALGORITHMS[self.collective]))
-        if isinstance(self.sizes, (str, bytes)) or not np.iterable(self.sizes):
-            raise TypeError(f"sizes must be a sequence of message sizes in bytes (integers "
-                            f">= 1); got {self.sizes!r:.60}")
-        sizes = tuple(checks.integer(s, "sizes", at_least=1, hint=" (message sizes in bytes)")
-                      for s in self.sizes)
-        if not sizes:
-            raise ValueError("sizes is empty: give at least one message size in bytes")
+        sizes = message_sizes(self.sizes)
         object.__setattr__(self, "sizes", sizes)
         checks.integer(self.repeats, "repeats", at_least=1)
 

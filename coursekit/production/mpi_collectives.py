@@ -100,16 +100,11 @@ class MpiCollectivesConfig:
 
     def __post_init__(self):
         from coursekit.collectives import ALGORITHMS
+        from coursekit.collectives.timing import message_sizes
 
         _names(self.collectives, "collectives", LIBRARY, "collective names")
         object.__setattr__(self, "collectives", tuple(self.collectives))
-        if isinstance(self.sizes, (str, bytes)) or not np.iterable(self.sizes):
-            raise TypeError(f"sizes must be a sequence of message sizes in bytes (integers "
-                            f">= 1); got {self.sizes!r:.60}")
-        sizes = tuple(checks.integer(s, "sizes", at_least=1, hint=" (message sizes in bytes)")
-                      for s in self.sizes)
-        if not sizes:
-            raise ValueError("sizes is empty: give at least one message size in bytes")
+        sizes = message_sizes(self.sizes)
         # a rank holds its input, the library's and each course result, and the output buffer
         checks.fits_in_memory(6 * max(sizes), "sizes", "one rank's arrays at the largest size")
         object.__setattr__(self, "sizes", sizes)

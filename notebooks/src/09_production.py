@@ -683,6 +683,35 @@ print("PASS: after 5 steps on 4 engines the ported script's parameters equal the
 # ```
 
 # %% [markdown]
+# ## 8. Try it: any comparison, any number of engines
+#
+# The panel runs one comparison of sections 3 to 6 on the engines you pick and reduces it
+# to one row (`coursekit.production.side_by_side`): whether the two sides agreed after
+# every step within that comparison's tolerance, the time of a step on the slowest rank,
+# and the bytes one rank sends per step, the course's beside torch's. Every run is kept, so
+# the bars compare runs. The comparisons run torch with gloo, the backend for the CPU
+# float64 tensors both sides compute with; on engines with GPUs, NCCL carries GPU tensors
+# (section 2), which these comparisons do not use. Times depend on the machine and its
+# load (two shared cores here): the panel shows them, nothing asserts them.
+
+# %%
+from coursekit.nn import MLP
+from coursekit.production.ddp import DDPConfig
+from coursekit.widgets.production import ProductionPanel
+
+panel = ProductionPanel(cluster=c, restart=lambda: cluster.start(n=4),
+                        prepare=lambda new: setup_comm(new, timeout=10))
+panel
+
+# %% tags=["nbval-ignore-output"]
+row = panel.run()  # the same as pressing Run: DDP on 4 engines
+assert row is not None and row.equal, panel.status.value
+assert panel.status.value == row.describe(), panel.status.value
+n = MLP(DDPConfig().sizes).n_params  # the panel's DDP model: both sides send the ring's bytes
+np.testing.assert_allclose([row.course_bytes, row.library_bytes], 2 * 3 / 4 * n * 8, rtol=1e-12)
+panel.status.value
+
+# %% [markdown]
 # ## When you are done
 #
 # The cluster keeps running until you shut down the kernel (Kernel > Shut Down Kernel):
