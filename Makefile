@@ -111,12 +111,13 @@ $(CLASS_STAMP): pyproject.toml constraints.txt
 
 nbgrader-env: $(NBGRADER_STAMP)
 
-# The instructor's nbgrader with the course (its kernels run the exercises), apart from
-# .venv: nbgrader installs a JupyterLab extension, which must not enter the students' lab.
+# The instructor's nbgrader with the course (its kernels run the exercises, chapter 09's
+# with PyTorch), apart from .venv: nbgrader installs a JupyterLab extension, which must not
+# enter the students' lab.
 $(NBGRADER_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(NBGRADER_VENV)
 	$(NBGRADER_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(NBGRADER_VENV)/bin/python -m pip install --quiet -e ".[nbgrader]" -c constraints.txt
+	$(NBGRADER_VENV)/bin/python -m pip install --quiet -e ".[nbgrader,torch]" -c constraints.txt
 	rm -f $(NBGRADER_VENV)/.installed-* && touch $@
 
 notebooks: $(STAMP)
