@@ -203,7 +203,8 @@ def test_nbgrader_release_keeps_every_hint_above_its_stub(graded):
             indent = nb.HINT.match(hint)["indent"]
             assert f"{hint}\n{indent}# YOUR CODE HERE\n{indent}raise NotImplementedError()" in released, name
         hinted += [name] * bool(hints)
-    assert hinted == ["00_latency_bandwidth", "01_backprop", "01_chain_rule", "04_ssp_clock", "05_pipeline_schedule"]
+    assert hinted == ["00_latency_bandwidth", "01_backprop", "01_chain_rule", "04_ssp_clock", "05_pipeline_schedule",
+                      "09_ddp"]
 
 
 def test_release_nbgrader_writes_an_assignment_per_exercise_and_the_config(tmp_path, capsys):

@@ -459,8 +459,10 @@ for name, r in pipes.items():
         assert r.torch_order == r.course_order
         print("1f1b: torch ran the course's order on every rank")
     else:  # the same forwards; torch runs the backwards first-in first-out
-        for t, c in zip(r.torch_order, r.course_order):
-            assert t[:8] == c[:8] and t[8:] == c[8:][::-1]
+        m = r.config.microbatches
+        for torch_actions, course_actions in zip(r.torch_order, r.course_order):
+            assert torch_actions[:m] == course_actions[:m]  # F0 ... F(m-1)
+            assert torch_actions[m:] == course_actions[m:][::-1]
         print("gpipe: the same forwards on every rank, the backwards in reverse order; rank 0:")
         print("  course:", " ".join(r.course_order[0]))
         print("  torch: ", " ".join(r.torch_order[0]))
