@@ -249,8 +249,9 @@ def _rank_compare(comm, config: PipelineConfig, X, y):
             after_t = course_mlp.flat(module, mlp, layers)[span]
             out["param"].append(np.abs(after_t - mlp.params[span]).max()
                                 / np.abs(mlp.params[span]).max())
-        torch_order = list(order)
-    return out, torch_order, _pipeline_order(tsched, r)
+        torch_order, described = list(order), _pipeline_order(tsched, r)
+        del tsched, stage  # freed while the group lives (process_group collects garbage then)
+    return out, torch_order, described
 
 
 def pipeline_experiment(runner, config: PipelineConfig, data=None, *,

@@ -295,6 +295,7 @@ def _rank_compare(comm, config: PowerSGDConfig, X, y):
         with torch.no_grad():
             torch_predicted = module(torch.from_numpy(X)).argmax(1).numpy()
         correct = int((mlp.predict(X) == y).sum()), int((torch_predicted == y).sum())
+        del ddp, state, tloss  # freed while the group lives (process_group collects garbage then)
     return out, residuals, correct
 
 
