@@ -22,8 +22,10 @@ fit the same way. Three message patterns (``pattern=``):
 and one reduction (:func:`reduce_seconds_per_byte`): gamma = seconds of ``a += b`` on
 float32 arrays of n bytes, divided by n, on every rank at once (as in an allreduce step).
 
-Every time is the median of ``repeats`` after one warm-up (typical, not best-case: what a
-training step sees). :func:`link_fit` fits ``alpha + n beta`` to the times
+Every time is the median of ``repeats`` after a warm-up (typical, not best-case: what a
+training step sees), and the message patterns first exchange ``WARMUP`` small messages,
+then time the sizes in turns (:func:`_rounds`).
+:func:`link_fit` fits ``alpha + n beta`` to the times
 (:func:`coursekit.costmodel.fit`, relative errors). The runner-level calls a notebook
 makes in one line are :func:`link` (-> :class:`MeasuredLink`, a ``LinkFit`` that keeps
 the measured points for plotting) and :func:`gamma`.
@@ -49,76 +51,110 @@ SIZES = (8, 1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22)
 
 PATTERNS = ("pingpong", "swap", "ring")
 _TAG = 7
+VISIT = 5
+"""Timed calls per size in one sweep of :func:`_rounds`."""
+WARMUP = 100
+"""Exchanges of 1 byte before a pattern times anything, as osu_latency skips its first 100
+iterations: engines that just started a task share the cores with the cluster's own
+traffic for a few milliseconds, and a transport that adapts how it waits (the lanes'
+``coursekit.comm.shm.Spinner``) settles meanwhile. Without them the first sizes of a
+ping-pong on a 2-core machine came out 3-5x slower than the rest, and the line missed."""
+
+
+def _settle(comm, right: int, left: int) -> None:
+    """``WARMUP`` sendrecvs of 1 byte to ``right`` and from ``left``."""
+    token, got = np.zeros(1, np.uint8), np.empty(1, np.uint8)
+    for _ in range(WARMUP):
+        comm.sendrecv(token, right, source=left, sendtag=_TAG, recvtag=_TAG, out=got)
+
+
+def _rounds(operation, sizes, repeats: int, before=None) -> np.ndarray:
+    """Seconds of ``operation(send, recv)`` on buffers of each size, shape
+    (repeats, len(sizes)); ``before()`` runs untimed before each call.
+
+    The sizes take turns in sweeps: each sweep visits every size once, for one untimed
+    call (the caches and the path warm up after the previous size) and then up to
+    ``VISIT`` timed ones, until each size has ``repeats``. A burst of load on a shared
+    machine (another process, a browser redrawing, the cluster's own traffic) then slows
+    a part of several sizes' calls instead of all the calls of one size, so each size's
+    median stays what the link does and the fitted line does not zigzag.
+    """
+    sends = [np.zeros(max(int(n), 1), np.uint8) for n in sizes]
+    recvs = [np.empty_like(send) for send in sends]
+    times = np.empty((repeats, len(sizes)))
+    for first in range(0, repeats, VISIT):
+        for i, (send, recv) in enumerate(zip(sends, recvs)):
+            for k in range(first - 1, min(first + VISIT, repeats)):
+                if before is not None:
+                    before()
+                t0 = time.perf_counter()
+                operation(send, recv)
+                if k >= first:  # k = first - 1 is the visit's warm-up call
+                    times[k, i] = time.perf_counter() - t0
+    return times
+
+
 _MIN_ALPHA, _MIN_BETA = 1e-9, 1e-15
 
 
 def pingpong_times(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     """One-way seconds per size between ranks ``a`` and ``b``: round trip / 2, the median
-    of ``repeats`` round trips after one warm-up; on rank a (None elsewhere)."""
+    of ``repeats`` round trips (the sizes take turns, each visit beginning with an untimed
+    one: :func:`_rounds`); on rank a (None elsewhere)."""
     if comm.rank not in (a, b):
         return None
     peer = b if comm.rank == a else a
-    out = np.empty(len(sizes))
-    for i, n in enumerate(sizes):
-        buf = np.zeros(max(int(n), 1), dtype=np.uint8)
-        trips = []
-        for _ in range(repeats + 1):  # the first round trip warms the connection up
-            t0 = time.perf_counter()
-            if comm.rank == a:
-                comm.send(buf, peer, _TAG)
-                comm.recv(peer, _TAG, out=buf)
-            else:
-                comm.recv(peer, _TAG, out=buf)
-                comm.send(buf, peer, _TAG)
-            trips.append(time.perf_counter() - t0)
-        out[i] = np.median(trips[1:]) / 2
+    _settle(comm, peer, peer)
+
+    def round_trip(buf, _):
+        if comm.rank == a:
+            comm.send(buf, peer, _TAG)
+            comm.recv(peer, _TAG, out=buf)
+        else:
+            comm.recv(peer, _TAG, out=buf)
+            comm.send(buf, peer, _TAG)
+
+    out = np.median(_rounds(round_trip, sizes, repeats), axis=0) / 2
     return out if comm.rank == a else None
 
 
 def swap_times(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     """Seconds per size for ranks ``a`` and ``b`` swapping n bytes at once (``sendrecv``),
-    median of ``repeats``, on rank a (None elsewhere). This is one step of a ring or of
-    recursive doubling: both directions busy at once. Between ZmqComm ranks on one host
-    large payloads go by single copy here (:mod:`coursekit.comm.zmq`), so its beta is
-    smaller than the ping-pong's, which goes over TCP."""
+    median of ``repeats`` (sizes taking turns, :func:`_rounds`), on rank a (None
+    elsewhere). This is one step of a ring or of recursive doubling: both directions busy
+    at once (between ZmqComm ranks on one host each large payload is copied once, by its
+    receiver: :mod:`coursekit.comm.zmq`)."""
     if comm.rank not in (a, b):
         return None
     peer = b if comm.rank == a else a
-    out = np.empty(len(sizes))
-    for i, n in enumerate(sizes):
-        send, recv = np.zeros(max(int(n), 1), np.uint8), np.empty(max(int(n), 1), np.uint8)
-        swaps = []
-        for _ in range(repeats + 1):
-            t0 = time.perf_counter()
-            comm.sendrecv(send, peer, source=peer, sendtag=_TAG, recvtag=_TAG, out=recv)
-            swaps.append(time.perf_counter() - t0)
-        out[i] = np.median(swaps[1:])
+    _settle(comm, peer, peer)
+
+    def exchange(send, recv):
+        comm.sendrecv(send, peer, source=peer, sendtag=_TAG, recvtag=_TAG, out=recv)
+
+    out = np.median(_rounds(exchange, sizes, repeats), axis=0)
     return out if comm.rank == a else None
 
 
 def ring_swap_times(comm, sizes=SIZES, repeats: int = 5):
     """Seconds per size of one ring step on every rank at once: each rank ``sendrecv``s n
-    bytes to its right neighbour and from its left one (median of ``repeats``, the
-    slowest rank's time; on rank 0, None elsewhere). With 2 ranks it is :func:`swap_times`.
+    bytes to its right neighbour and from its left one (median of ``repeats``, sizes
+    taking turns (:func:`_rounds`), the slowest rank's time; on rank 0, None elsewhere).
+    With 2 ranks it is :func:`swap_times`.
 
     The alpha-beta model gives every rank its own core and link. Where p ranks share
     fewer cores (4 engines on a 2-core laptop) a link is slower while all of them are
     busy; fitting alpha and beta from this measures the link as a ring step sees it.
     """
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
-    out = np.empty(len(sizes))
-    for i, n in enumerate(sizes):
-        send, recv = np.zeros(max(int(n), 1), np.uint8), np.empty(max(int(n), 1), np.uint8)
-        steps = np.empty(repeats + 1)
-        for k in range(repeats + 1):  # the first step warms the connections up
-            comm.barrier()
-            t0 = time.perf_counter()
-            comm.sendrecv(send, right, source=left, sendtag=_TAG, recvtag=_TAG, out=recv)
-            steps[k] = time.perf_counter() - t0
-        slowest = reduce(comm, steps[1:], root=0, op="max", check=False)
-        if comm.rank == 0:
-            out[i] = np.median(slowest)
-    return out if comm.rank == 0 else None
+    _settle(comm, right, left)
+
+    def step(send, recv):
+        comm.sendrecv(send, right, source=left, sendtag=_TAG, recvtag=_TAG, out=recv)
+
+    steps = _rounds(step, sizes, repeats, before=comm.barrier)  # all ranks start together
+    slowest = reduce(comm, steps, root=0, op="max", check=False)
+    return np.median(slowest, axis=0) if comm.rank == 0 else None
 
 
 def reduce_seconds_per_byte(comm, nbytes: int = 1 << 22, repeats: int = 5) -> float:
@@ -172,7 +208,7 @@ def _check_sizes(sizes) -> tuple:
     if len(np.unique(n)) < 2:
         raise ValueError(f"sizes needs at least two different message sizes to fit alpha and "
                          f"beta, got {n.tolist()}")
-    checks.fits_in_memory(2 * int(n.max()), "sizes", "a rank's send and receive buffers")
+    checks.fits_in_memory(2 * int(n.sum()), "sizes", "a rank's send and receive buffers")
     return tuple(int(x) for x in n)
 
 

@@ -43,6 +43,28 @@ def test_the_formulas_on_a_clock_where_every_exchange_takes_1_ms(fake_clock):
     assert flat.alpha == pytest.approx(0.5e-3) and flat.beta == 1e-15  # clipped: no free link
 
 
+def test_a_burst_of_load_spreads_over_the_sizes_instead_of_hitting_one(fake_clock):
+    """The machine is busy for the first 12 calls (each then takes 4 clock ticks more):
+    timed one size after the other, the first size's median would be the burst's. In
+    sweeps every size gets a few slow calls and a median of quiet ones; and every visit
+    to a size begins with an untimed call."""
+    calls = []
+
+    def operation(send, recv):
+        calls.append(send.size)
+        if len(calls) <= 12:
+            for _ in range(4):
+                measure.time.perf_counter()
+
+    sizes, repeats = (8, 64, 512), 3 * measure.VISIT
+    times = measure._rounds(operation, sizes, repeats)
+    assert times.shape == (repeats, 3)
+    assert np.median(times, axis=0).tolist() == pytest.approx([1e-3] * 3)  # quiet: 1 tick a call
+    assert all(np.any(times[:, i] > 1e-3) for i in range(2))  # the burst touched two sizes
+    visit = [n for n in sizes for _ in range(measure.VISIT + 1)]
+    assert calls == visit * 3
+
+
 def test_pair_timers_return_on_rank_a_only():
     for fn in (measure.pingpong_times, measure.swap_times):
         out = run_local(fn, 3, (8, 1024), 2, 0, 2)

@@ -289,8 +289,11 @@ UNDERFLOW_BITS = ("import numpy as np; from coursekit.nn.mixed_precision_demos i
 
 
 def computed_bits(env_overrides: dict[str, str]) -> str:
-    """Chapter 8's mixed-precision errors, to the bit, from a fresh process."""
-    env = {**os.environ, **env_overrides}
+    """Chapter 8's mixed-precision errors, to the bit, from a fresh process that starts
+    from the host's numerics (without the variables a notebook item run earlier in this
+    session with --numerics=off-host put into os.environ) plus ``env_overrides``."""
+    env = {k: v for k, v in os.environ.items() if k not in nb.off_host_numerics()}
+    env.update(env_overrides)
     result = subprocess.run([sys.executable, "-c", UNDERFLOW_BITS], capture_output=True,
                             text=True, timeout=300, env=env, check=True)
     return result.stdout.strip()

@@ -157,3 +157,16 @@ def test_check_workers_refuses_what_the_runner_cannot_run(workers, error, messag
 
 def test_check_workers_defaults_to_every_rank():
     assert LocalRunner(3).check_workers(None) == 3 and LocalRunner(3).check_workers(2) == 2
+
+
+def test_a_rank_that_only_lost_its_peer_is_listed_not_blamed():
+    """A CommTimeout or a PeerGone (its peer's process ended) is a knock-on of another
+    rank's failure: listed in the message, not among the ranks that stopped the run."""
+    failure = RankFailure("train_worker", {
+        0: ("CommTimeout", "rank 0: recv(source=2, tag=1) timed out after 3 s waiting for rank 2"),
+        1: ("EngineError", "its engine process died while running the task"),
+        2: ("PeerGone", "rank 2: recv(source=1, tag=1) stopped waiting for rank 1 (tag 1): its "
+                        "process has exited")})
+    assert failure.ranks == [1] and failure.ename == "EngineError"
+    assert str(failure).startswith("train_worker failed on rank 1:\n")
+    assert "rank 2: PeerGone: recv(source=1, tag=1) stopped waiting for rank 1" in str(failure)

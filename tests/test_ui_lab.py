@@ -167,7 +167,8 @@ def visit(notebook: str, *panels) -> Visit:
 VISITS = [
     visit("01_backprop_numba", (steps(slide("epochs", "ArrowLeft", 3), select("activation", "tanh")),
                                 r"^test accuracy [\d.]+% after 17 epochs")),
-    visit("02_collectives", (select("collective", "bcast"),
+    # the transport control rebuilds the engines' comms on TCP before the run
+    visit("02_collectives", (steps(select("collective", "bcast"), select("transport", "tcp")),
                              r"^largest: [\d.e+-]+ ms measured, [\d.e+-]+ ms predicted$")),
     # local SGD: the "average every" slider is enabled once the exchange is "average"
     visit("03_data_parallel", (steps(select("exchange", "average"), slide("average every", "ArrowRight", 3)),

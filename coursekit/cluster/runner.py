@@ -31,7 +31,7 @@ from coursekit.cluster import live
 __all__ = ["ClusterRunner", "LocalRunner", "RankFailure", "Run", "Runner"]
 
 #: Errors a rank raises only because another rank stopped answering.
-KNOCK_ON_ERRORS = ("CommTimeout", "CommError")
+KNOCK_ON_ERRORS = ("CommTimeout", "PeerGone", "CommError")
 
 
 class RankFailure(RuntimeError):

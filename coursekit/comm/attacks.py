@@ -72,7 +72,8 @@ class _Recorder:
 
 def capture_frames(comm, sender: int = 0, receiver: int = 1) -> list | None:
     """Engine side: ``sender`` sends ``receiver`` an inline, a two-part and (by sendrecv) a
-    single-copy message and returns every message it sent, as lists of parts (bytes).
+    single-copy message over TCP and returns every message it sent, as lists of parts
+    (bytes). Where a shared-memory lane joins them, it is set aside for these three.
 
     ``receiver`` receives them as usual, so the comm stays in step; other ranks do nothing.
     """
@@ -87,12 +88,15 @@ def capture_frames(comm, sender: int = 0, receiver: int = 1) -> list | None:
         return None
     sock = comm._push[receiver]
     comm._push[receiver] = recorder = _Recorder(sock)
+    lane = comm._lane_out.pop(receiver, None)  # a shared-memory lane: these go over TCP
     try:
         comm.send(small, receiver, tag=7)
         comm.send(large, receiver, tag=7)
         comm.sendrecv(bulk, receiver, source=receiver, sendtag=7, recvtag=7)
     finally:
         comm._push[receiver] = sock
+        if lane is not None:
+            comm._lane_out[receiver] = lane
     return recorder.messages
 
 

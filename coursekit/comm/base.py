@@ -115,6 +115,13 @@ class Comm:
         node (MPICH's CH4 shm / CMA), so a notebook can ask every backend the same question."""
         return frozenset()
 
+    @property
+    def shared_memory_peers(self) -> frozenset:
+        """Ranks (this one included) this rank sends to through a shared-memory lane of
+        the backend's own (ZmqComm between processes of one host). Empty here, like
+        :attr:`single_copy_peers`."""
+        return frozenset()
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
 
@@ -301,8 +308,9 @@ class Comm:
         return frames.wire_array(array)
 
     def _check_recv(self, source, tag, out) -> None:
-        if (out is None and type(source) is int and -1 <= source < self.size
-                and type(tag) is int and -1 <= tag <= MAX_TAG and self._ready):
+        if (type(source) is int and -1 <= source < self.size and type(tag) is int
+                and -1 <= tag <= MAX_TAG and self._ready
+                and (out is None or type(out) is np.ndarray and out.flags.writeable)):
             return  # the common case (ANY_SOURCE == ANY_TAG == -1), checked cheaply
         self._check_open()
         self._check_rank(source, "source", True)

@@ -38,7 +38,7 @@ _comm = None      # engine side: the Comm of this engine
 
 
 def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = None,
-               timeout: float = 30.0, trace: bool = False) -> str:
+               timeout: float = 30.0, trace: bool = False, shared_memory: bool = True) -> str:
     """Create a Comm on every engine of ``cluster_handle``; return the backend used.
 
     ``backend="auto"`` picks MPI when the engines are MPI ranks, else ZMQ. ``interface``
@@ -46,7 +46,10 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = No
     cluster); by default loopback when every engine runs on one host, else each engine
     binds the address it reaches the controller from (never every interface), so the same
     notebook runs on a laptop and across hosts. ``timeout`` becomes each comm's timeout;
-    ``trace`` turns tracing on. A previous comm on the engines is closed first.
+    ``trace`` turns tracing on. ``shared_memory`` (ZMQ only): engines on one host exchange
+    messages through shared-memory lanes (:mod:`coursekit.comm.shm`) instead of TCP
+    loopback; ``False`` keeps every message on TCP (to measure what the socket costs).
+    A previous comm on the engines is closed first.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -55,6 +58,7 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = No
                         f"'eth0') or None; got {interface!r:.60}")
     checks.real(timeout, "timeout", above=0, hint=" (seconds)")
     checks.boolean(trace, "trace")
+    checks.boolean(shared_memory, "shared_memory")
     checks.cluster(cluster_handle, "cluster_handle")
     is_mpi = bool(getattr(cluster_handle, "mpi", False))
     if backend == "auto":
@@ -70,7 +74,7 @@ def setup_comm(cluster_handle, backend: str = "auto", interface: str | None = No
         interface = _default_interface(cluster_handle)
     addresses = cluster_handle.run(_bind, interface, timeout=limit)
     nonce = secrets.token_bytes(16)
-    cluster_handle.run(_connect, addresses, nonce, timeout, trace, timeout=limit)
+    cluster_handle.run(_connect, addresses, nonce, timeout, trace, shared_memory, timeout=limit)
     return backend
 
 
@@ -79,14 +83,15 @@ def reset_comm(cluster_handle) -> str:
     tracing): the cheap way to drop every message still in flight after a run that broke
     off (a crashed worker, an interrupted collective). Returns the backend."""
     checks.cluster(cluster_handle, "cluster_handle")
-    backend, interface, timeout, trace = cluster_handle.run(_settings)[0]
-    return setup_comm(cluster_handle, backend, interface, timeout, trace)
+    backend, interface, timeout, trace, shared = cluster_handle.run(_settings)[0]
+    return setup_comm(cluster_handle, backend, interface, timeout, trace, shared)
 
 
 def _settings() -> tuple:
     comm = engine_comm()
     backend = "mpi" if type(comm).__name__ == "MpiComm" else "zmq"
-    return backend, SAME_ADDRESS, comm.timeout, comm.tracing
+    shared = backend == "mpi" or comm.shared_memory_requested
+    return backend, SAME_ADDRESS, comm.timeout, comm.tracing, shared
 
 
 def teardown_comm(cluster_handle) -> None:
@@ -195,13 +200,14 @@ def _session_key() -> bytes:
     return kernel.session.key
 
 
-def _connect(addresses: list, nonce: bytes, timeout: float, trace: bool) -> None:
+def _connect(addresses: list, nonce: bytes, timeout: float, trace: bool,
+             shared_memory: bool) -> None:
     global _comm, _endpoint
     if _endpoint is None:
         raise CommError("setup_comm's bind phase did not run on this engine")
     key = derive_key(_session_key(), nonce)
     _comm, _endpoint = _endpoint.connect(_rank(), addresses, key=key, timeout=timeout,
-                                         trace=trace), None
+                                         trace=trace, shared_memory=shared_memory), None
     _comm.barrier()  # every engine reached every other one: the wiring is right
 
 

@@ -23,6 +23,18 @@ class CommTimeout(CommError, TimeoutError):
     """
 
 
+class PeerGone(CommTimeout):
+    """A blocking call waited for a rank whose process has ended, so what it waited for
+    can never come. Raised as soon as that is known (for a peer on this host, within
+    ``coursekit.comm.shm.PEER_CHECK_S``) instead of after the whole ``timeout``; a
+    CommTimeout, so code that gives up on a silent peer gives up on a dead one sooner.
+
+    The message names the rank that waited, the dead peer and the operation, e.g.
+    ``rank 0: recv(source=1, tag=2) stopped waiting for rank 1 (tag 2): its process has
+    exited, and no message it sent before is left to match``.
+    """
+
+
 def peer_name(peer: int) -> str:
     """Human-readable peer for error messages (``ANY_SOURCE`` becomes 'any rank')."""
     return "any rank" if peer == ANY_SOURCE else f"rank {peer}"

@@ -90,8 +90,17 @@ def wire_array(arr) -> np.ndarray:
 
 def encode(arr: np.ndarray, tag: int, source: int, inline: bool = False) -> bytes:
     """Header for ``arr`` (a :func:`wire_array`), followed by its bytes when ``inline``."""
-    head = _header(arr, INLINE if inline else 0, tag, source)
+    flags = INLINE if inline else 0
+    head = _HEADERS.get((arr.dtype, arr.shape, flags, tag, source))  # _header's lookup, inlined
+    if head is None:
+        head = _header(arr, flags, tag, source)
     return head + arr.tobytes() if inline else head
+
+
+def inline_header(arr: np.ndarray, tag: int, source: int) -> bytes:
+    """The header of an INLINE message for ``arr``; its bytes must follow it in the same
+    buffer (for a transport that writes the payload itself, e.g. into shared memory)."""
+    return _header(arr, INLINE, tag, source)
 
 
 def encode_remote(arr: np.ndarray, tag: int, source: int, pid: int, message_id: int) -> bytes:
@@ -99,8 +108,22 @@ def encode_remote(arr: np.ndarray, tag: int, source: int, pid: int, message_id: 
     return _header(arr, REMOTE, tag, source) + DESCRIPTOR.pack(pid, arr.ctypes.data, message_id)
 
 
+_HEADERS: dict = {}
+"""Headers packed before, by (dtype, shape, flags, tag, source): a send's header is
+usually one it sent before, and looking it up costs a third of packing it."""
+_HEADERS_MAX = 4096
+
+
 def _header(arr: np.ndarray, flags: int, tag: int, source: int) -> bytes:
-    return _FULL[arr.ndim].pack(MAGIC, _CODE[arr.dtype], arr.ndim, flags, tag, source, *arr.shape)
+    key = (arr.dtype, arr.shape, flags, tag, source)
+    head = _HEADERS.get(key)
+    if head is None:
+        head = _FULL[arr.ndim].pack(MAGIC, _CODE[arr.dtype], arr.ndim, flags, tag, source,
+                                    *arr.shape)
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[key] = head
+    return head
 
 
 def descriptor(header: Header, frame) -> tuple[int, int, int]:

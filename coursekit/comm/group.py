@@ -56,6 +56,18 @@ class SubComm(Comm):
     def _record(self, op, src, dst, tag, arr, t0) -> None:
         self.parent._record(op, self.members[src], self.members[dst], tag, arr, t0)
 
+    @property
+    def single_copy_peers(self) -> frozenset:
+        return self._members_of(self.parent.single_copy_peers)
+
+    @property
+    def shared_memory_peers(self) -> frozenset:
+        return self._members_of(self.parent.shared_memory_peers)
+
+    def _members_of(self, parent_ranks) -> frozenset:
+        """The group ranks of those of ``parent_ranks`` that are members."""
+        return frozenset(self._group_rank[p] for p in parent_ranks if p in self._group_rank)
+
     def __repr__(self) -> str:
         return f"<SubComm rank {self.rank} of {self.size}: ranks {self.members} of {self.parent!r}>"
 

@@ -24,22 +24,26 @@ _START_TIMEOUT = 60.0  # seconds for n fresh interpreters to import numpy + zmq 
 
 
 def run_procs(fn, n: int, *args, timeout: float = 30.0, trace: bool = False,
-              interface: str = "127.0.0.1", may_die=(), **kwargs) -> list:
+              interface: str = "127.0.0.1", may_die=(), shared_memory: bool = True,
+              **kwargs) -> list:
     """Run ``fn(comm, *args, **kwargs)`` on ``n`` processes; return the results in rank order.
 
     Raises the first rank's exception (with its rank) if one fails, CommError if a process
     dies without answering or the run exceeds ``timeout`` after startup. Ranks in
     ``may_die`` are allowed to die after startup (fault experiments): their result is None.
+    ``shared_memory=False`` keeps every message on TCP (no shared-memory lanes).
     Every process is killed before this returns.
     """
     if not callable(fn):
         raise TypeError(f"run_procs needs a function fn(comm, ...), got {type(fn).__name__}")
     n = checks.integer(n, "n", at_least=1, hint=" (the number of processes: a positive int)")
     trace = checks.boolean(trace, "trace")
+    shared_memory = checks.boolean(shared_memory, "shared_memory")
     ctx = mp.get_context("spawn")
     up, downs = ctx.Queue(), [ctx.Queue() for _ in range(n)]
     procs = [ctx.Process(target=_rank_main, daemon=True, name=f"coursekit-rank-{r}",
-                         args=(fn, r, up, downs[r], interface, timeout, trace, args, kwargs))
+                         args=(fn, r, up, downs[r], interface, timeout, trace, shared_memory,
+                               args, kwargs))
              for r in range(n)]
     try:
         for p in procs:
@@ -94,12 +98,13 @@ def _collect(up, procs, n, limit, phase, may_die=frozenset()):
         yield item
 
 
-def _rank_main(fn, rank, up, down, interface, timeout, trace, args, kwargs):
+def _rank_main(fn, rank, up, down, interface, timeout, trace, shared_memory, args, kwargs):
     from .zmq import bind
     endpoint = bind(interface)
     up.put(("addr", rank, endpoint.address))
     addresses, key = down.get(timeout=_START_TIMEOUT)
-    comm = endpoint.connect(rank, addresses, key=key, timeout=timeout, trace=trace)
+    comm = endpoint.connect(rank, addresses, key=key, timeout=timeout, trace=trace,
+                            shared_memory=shared_memory)
     try:
         up.put(("ok", rank, fn(comm, *args, **kwargs)))
     except BaseException as exc:  # noqa: BLE001 - sent to the parent

@@ -49,7 +49,25 @@ the sender's ``sendrecv`` returns after that answer, so its array is never reuse
 t = 2 alpha + n / bw_memcpy. At connect every pair checks that this works (each rank
 reads a random token from the other's memory); where it does not (another host, another
 OS, a forbidding kernel policy, ``single_copy=False``) messages go over TCP as above.
-Plain ``send`` always goes over TCP: it is buffered and must not wait for the receiver.
+Plain ``send`` goes over TCP (buffered: it never waits for the receiver) unless the
+receiver has a shared-memory lane from this rank (below).
+
+Shared-memory lanes on one host (:mod:`coursekit.comm.shm`, on by default,
+``shared_memory=False`` to measure TCP instead): after the single-copy check, every pair of
+same-host ranks for which single copy works both ways maps a ring of each other's segment
+(and every rank one to itself), and from then on every message between them goes through
+it; TCP is left for ranks on other hosts. Payloads up to ``shm.RECORD_MAX`` bytes are
+copied into the ring and out of it (t = alpha_shm + 2n / bw_memcpy, alpha_shm a few
+microseconds); larger ones as REMOTE records by single copy (t = alpha_shm + n /
+bw_memcpy), for plain ``send`` too: the receiver copies a plain send's array as soon as it
+reads the notice, in any call of its own, and a sender whose receiver does not start within
+``shm.CLAIM_GRACE_S`` (it computes) takes the notice back and sends a copy of its own
+instead (:meth:`ZmqComm._send_eager`), so a plain ``send`` still never waits for its
+receiver. Lane records are not sealed: only processes of the same user (those that may
+read the ranks' memory anyway) can open a segment. A rank waiting on a lane peer whose
+process has ended (an engine killed, a crash) says so within ``shm.PEER_CHECK_S``, after
+reading whatever that peer sent before it ended (:class:`~coursekit.comm.errors.PeerGone`,
+a CommTimeout; a peer over TCP is named by the call's timeout).
 """
 
 from __future__ import annotations
@@ -62,10 +80,10 @@ import zmq
 
 from coursekit import checks
 
-from . import cma, frames
+from . import cma, frames, shm
 from .auth import FrameSealer, check_key
-from .base import BARRIER_TAG
-from .errors import CommError
+from .base import BARRIER_TAG, describe_op
+from .errors import CommError, CommTimeout, PeerGone, tag_name
 from .matching import QueuedComm
 from .trace import now
 
@@ -76,6 +94,17 @@ HELLO_TAG = BARRIER_TAG + 64  # internal tags above the barrier's rounds (< 64 o
 VERDICT_TAG = HELLO_TAG + 1
 DONE_TAG = HELLO_TAG + 2
 WHO_TAG = HELLO_TAG + 3
+LANE_TAG = HELLO_TAG + 4
+LANE_OK_TAG = HELLO_TAG + 5
+
+EAGER = 1 << 63
+"""Bit of a REMOTE message's id: it came from a plain (buffered) ``send``, so the receiver
+copies it as soon as it reads the notice, matched or not."""
+TAKEN_BACK = 1 << 62
+"""Bit of a 'copied' notice's id: the receiver did not copy it, its sender took it back."""
+STAGED = 1 << 61
+"""Bit of a REMOTE message's id: a plain send's own copy, posted after taking one back."""
+ID_MASK = STAGED - 1
 
 
 class Endpoint:
@@ -99,12 +128,14 @@ class Endpoint:
         self.address: str = self._pull.get(zmq.LAST_ENDPOINT).decode()
 
     def connect(self, rank: int, addresses: list[str], *, key: bytes, timeout: float = 30.0,
-                trace: bool = False, single_copy: bool = True) -> "ZmqComm":
+                trace: bool = False, single_copy: bool = True,
+                shared_memory: bool = True) -> "ZmqComm":
         """Phase 2: connect to every rank's address (``addresses[rank]`` must be ours).
 
         Every rank must call it (it exchanges a handshake with every other rank), with the
         same ``key`` (bytes, at least 16: the secret that authenticates every frame).
-        ``single_copy=False`` keeps this rank's messages on TCP (see the module doc).
+        ``single_copy=False`` keeps this rank's messages on TCP (see the module doc);
+        ``shared_memory=False`` keeps single copy but no shared-memory lanes.
         """
         if not isinstance(addresses, (list, tuple)) or not all(isinstance(a, str) for a in addresses):
             raise TypeError("addresses must be a list of address strings, one per rank")
@@ -112,11 +143,12 @@ class Endpoint:
             raise ValueError(f"rank must be in 0..{len(addresses) - 1}, got {rank!r}")
         checks.boolean(trace, "trace")
         checks.boolean(single_copy, "single_copy")
+        checks.boolean(shared_memory, "shared_memory")
         if addresses[rank] != self.address:
             raise ValueError(f"addresses[{rank}] is {addresses[rank]!r} but this endpoint is bound "
                              f"to {self.address!r}: the list must be in rank order")
         return ZmqComm(self, rank, list(addresses), key=check_key(key), timeout=timeout,
-                       trace=trace, single_copy=single_copy)
+                       trace=trace, single_copy=single_copy, shared_memory=shared_memory)
 
     def close(self) -> None:
         self._pull.close(0)
@@ -132,7 +164,8 @@ class ZmqComm(QueuedComm):
     """One rank talking to the others over ZeroMQ; build it with ``bind(...).connect(...)``."""
 
     def __init__(self, endpoint: Endpoint, rank: int, addresses: list[str], *, key: bytes,
-                 timeout: float = 30.0, trace: bool = False, single_copy: bool = True):
+                 timeout: float = 30.0, trace: bool = False, single_copy: bool = True,
+                 shared_memory: bool = True):
         super().__init__(rank, len(addresses), timeout=timeout, trace=trace)
         self._sealer = FrameSealer(key, rank, len(addresses))
         self.addresses = addresses
@@ -150,11 +183,20 @@ class ZmqComm(QueuedComm):
         self._peer_pid: dict[int, int] = {}     # ranks whose memory we can copy from
         self._sent = 0                          # id of the last REMOTE message sent
         self._in_flight: dict[int, np.ndarray] = {}  # REMOTE arrays not yet copied: kept alive
+        self._staged: set[int] = set()          # ids of plain sends' own copies in flight
+        self._taken_back: set[int] = set()      # ids the receiver saw taken back
         self.rejected = 0                       # frames dropped: they failed authentication
         self.last_rejected: str | None = None   # why the last one was dropped, and its sender
+        self._lanes: shm.Lanes | None = None     # shared-memory lanes to same-host peers
+        self._lane_out: dict = {}                # dest -> (ring, doorbell) of an enabled lane
+        self._lane_headers: dict = {}            # header bytes -> decoded Header (lanes only)
+        self._poller = None                      # the socket and the doorbell, when lanes exist
+        self._socket_peers = True                # some peer is reached over TCP only
+        self.shared_memory_requested = shared_memory
         if self.size > 1:
             try:
                 self._handshake(single_copy and cma.supported())
+                self._open_lanes(shared_memory and shm.supported(), now() + self._timeout)
             except BaseException:
                 self.close(linger=0)
                 raise
@@ -198,24 +240,86 @@ class ZmqComm(QueuedComm):
                 local.append(pid)
         return bool(local) and cma.allow_readers(self, local) is not None
 
+    def _open_lanes(self, enabled: bool, deadline) -> None:
+        """Give every same-host peer that single copy works with both ways a shared-memory
+        lane (:mod:`coursekit.comm.shm`). Each rank offers (pid, segment fd, doorbell fd,
+        token) over the authenticated TCP path (zeros: no lane), maps the segments offered
+        to it and says whether that worked; a lane carries messages only when both sides
+        said yes. Every other peer stays on TCP. Every rank takes part (a rank with lanes
+        off answers no), so ranks may choose differently."""
+        others = [r for r in range(self.size) if r != self.rank]
+        local = [p for p in others if enabled and p in self._readers and p in self._peer_pid]
+        lanes = shm.Lanes(self.rank, self.size, local) if local else None
+        try:
+            offer = lanes.offer() if lanes else np.zeros(shm.OFFER_WORDS, np.uint64)
+            for peer in others:
+                self._post(peer, offer if peer in local else np.zeros_like(offer), LANE_TAG, True)
+            mapped = {}
+            for peer in others:
+                theirs = self._match(peer, LANE_TAG, None, deadline, ("connect",))[1]
+                mapped[peer] = (peer in local and theirs.shape == offer.shape and bool(theirs.any())
+                                and lanes.attach(peer, theirs))
+                self._post(peer, np.array([mapped[peer]], np.uint8), LANE_OK_TAG, True)
+            for peer in others:
+                if self._match(peer, LANE_OK_TAG, None, deadline, ("connect",))[1][0] and mapped[peer]:
+                    lanes.enable(peer)
+        except BaseException:
+            if lanes:
+                lanes.close()
+            raise
+        if lanes is None:
+            return
+        self._peer_pid[self.rank] = self._pid  # large messages to itself go by single copy too
+        self._remote_peers = frozenset(self._peer_pid)
+        self._lanes, self._lane_out = lanes, lanes.outbound
+        self._spinner = shm.Spinner()
+        self._socket_peers = len(self._lane_out) < self.size
+        self._poller = zmq.Poller()
+        self._poller.register(self._pull, zmq.POLLIN)
+        self._poller.register(lanes.bell_r, zmq.POLLIN)
+
     @property
     def single_copy_peers(self) -> frozenset:
         """Ranks this rank sends large ``sendrecv`` payloads to by single copy."""
         return self._readers
 
+    @property
+    def shared_memory_peers(self) -> frozenset:
+        """Ranks (this one included) whose messages from this rank travel through a
+        shared-memory lane instead of TCP."""
+        return frozenset(self._lane_out)
+
     def close(self, linger: float | None = None) -> None:
-        """Close the sockets; queued outgoing messages get ``linger`` seconds (default: timeout)."""
+        """Close the sockets; queued outgoing messages get ``linger`` seconds (default:
+        timeout), and so do plain sends' own copies a same-host receiver has not copied
+        yet (:meth:`_send_eager`)."""
         if self.closed:
             return
+        seconds = self._timeout if linger is None else linger
+        if self._staged and self._lanes is not None and self._ready:
+            self._flush_staged(now() + seconds)
         super().close()
         self._in_flight.clear()
         cma.withdraw_readers(self)
-        ms = int(1000 * (self._timeout if linger is None else linger))
+        if self._lanes is not None:
+            self._lanes.close()
+            self._lanes, self._lane_out, self._poller = None, {}, None
+        ms = int(1000 * seconds)
         for sock in self._push:
             sock.close(ms)
         self._endpoint.close()
 
+    def _flush_staged(self, deadline) -> None:
+        """Wait (until ``deadline``) for the receivers of plain sends' own copies."""
+        try:
+            for message_id in list(self._staged):
+                self._await_copied(message_id, self.rank, 0, deadline)
+        except CommTimeout:
+            pass  # they are dropped with this process's memory: the receiver says so
+
     def _post(self, dest, arr, tag, buffered):
+        if dest in self._lane_out:
+            return self._post_lane(dest, arr, tag, buffered)
         sock, seal = self._push[dest], self._sealer.seal
         if arr.nbytes <= frames.INLINE_MAX:
             sock.send(seal(frames.encode(arr, tag, self.rank, inline=True), dest), copy=True)
@@ -233,6 +337,94 @@ class ZmqComm(QueuedComm):
             return None
         return tracker
 
+    def _post_lane(self, dest, arr, tag, buffered):
+        """Through the shared-memory lane: payloads up to ``shm.RECORD_MAX`` bytes are
+        copied into the ring; larger ones stay here and ``dest`` copies them out by single
+        copy (``sendrecv`` waits for that in ``_complete``; a plain ``send``: see
+        :meth:`_send_eager`)."""
+        if arr.nbytes <= frames.INLINE_MAX:
+            self._lane_write(dest, frames.encode(arr, tag, self.rank, inline=True), None, tag)
+            return None
+        if arr.nbytes <= shm.RECORD_MAX:
+            self._lane_write(dest, frames.inline_header(arr, tag, self.rank),
+                             arr.reshape(-1).view(np.uint8), tag)
+            return None
+        if buffered:
+            self._send_eager(dest, arr, tag)
+            return None
+        return self._post_remote(dest, arr, tag, 0)
+
+    def _post_remote(self, dest, arr, tag, flags) -> int:
+        """Post a REMOTE record for ``arr`` (kept alive in ``_in_flight``); its id."""
+        self._sent += 1
+        self._in_flight[self._sent] = arr
+        self._lane_write(dest, frames.encode_remote(arr, tag, self.rank, self._pid,
+                                                    self._sent | flags), None, tag)
+        return self._sent
+
+    def _send_eager(self, dest, arr, tag) -> None:
+        """A plain ``send`` of a large array: single copy when the receiver is in a call,
+        and never waiting for one that computes.
+
+        The receiver copies a plain send's array as soon as it reads its notice, in any
+        call of its own. So the sender waits ``shm.CLAIM_GRACE_S`` for the copy; then it
+        takes the message back, unless the receiver has begun copying it: it writes
+        ``cancelled = id`` into the lane, fences and reads ``claimed``, while a receiver
+        writes ``claimed = id``, fences and reads ``cancelled`` before it copies
+        (Dekker's handshake: at least one of them sees the other's word). A receiver that
+        sees ``cancelled`` skips the notice and says so; a sender that sees no claim (or
+        hears that) copies the array into a buffer of its own (one memcpy, like
+        ``MPI_Bsend``), posts that instead and returns; the buffer is freed when the
+        receiver has copied it. t = alpha + n / bw_memcpy for a receiver in a call,
+        + n / bw_memcpy for a busy one."""
+        deadline = now() + self._timeout
+        message_id = self._post_remote(dest, arr, tag, EAGER)
+        if self._await_copied(message_id, dest, tag, deadline, now() + shm.CLAIM_GRACE_S):
+            return
+        ring = self._lanes.ring_to(dest)
+        ring.set_cancelled(message_id)
+        shm.fence()
+        if ring.claimed() == message_id:  # it is copying, or it saw the cancel: its word
+            self._await_copied(message_id, dest, tag, deadline)
+            if message_id not in self._taken_back:
+                return
+        self._taken_back.discard(message_id)
+        self._in_flight.pop(message_id, None)
+        self._staged.add(self._post_remote(dest, arr.copy(), tag, EAGER | STAGED))
+
+    def _lane_write(self, dest, head, payload, tag) -> None:
+        if not self._lanes.put(dest, head, payload):
+            n = len(head) + (0 if payload is None else len(payload))
+            if n > shm.CAPACITY // 2:
+                raise ValueError(f"a {n}-byte frame cannot go through a {shm.CAPACITY}-byte ring")
+            self._wait_for_room(self._lanes.ring_to(dest), n, dest, tag)
+            self._lanes.put(dest, head, payload)
+
+    def _wait_for_room(self, ring, nbytes, dest, tag) -> None:
+        """``dest`` left its ring from us too full for ``nbytes`` more: read our own lanes
+        meanwhile (keeping what comes for later recvs), so two ranks filling each other's
+        rings both go on."""
+        deadline = now() + self._timeout
+        while not ring.fits(nbytes):
+            got = self._lanes.take()
+            if got is not None:
+                got = self._screen(*self._lane_header(*got))
+                if got is not None:
+                    self._unmatched.append((got[0], self._park(*got)))
+                continue
+            if now() >= deadline:
+                raise self._timeout_error(("send", dest, tag), dest, tag)
+            if self._lanes.gone(dest):
+                raise self._peer_gone_error(("send", dest, tag), dest, tag)
+            ring.set_writer_waits(True)  # the owner rings when it frees room (unfenced:
+            self._lanes.going_to_sleep()  # a missed ring costs one 10 ms nap, not a hang)
+            try:
+                if not ring.fits(nbytes):
+                    self._sleep(min(deadline - now(), 0.01))
+            finally:
+                self._lanes.woke_up()
+                ring.set_writer_waits(False)
+
     def _complete(self, tracker, dest, tag, deadline):
         if tracker is None:
             return
@@ -244,31 +436,73 @@ class ZmqComm(QueuedComm):
         except zmq.NotDone:
             raise self._timeout_error(("send", dest, tag), dest, tag) from None
 
-    def _await_copied(self, message_id, dest, tag, deadline):
-        """Read incoming messages (keeping them for later recvs) until ``message_id`` is done.
+    def _await_copied(self, message_id, dest, tag, deadline, give_up=None) -> bool:
+        """Read incoming messages (keeping them for later recvs) until ``message_id`` is
+        copied or taken back (True), or until ``give_up`` (False).
 
         A timeout leaves the array in ``_in_flight``: the receiver may still read it.
         """
-        while message_id in self._in_flight:
-            header, head = self._read_header(deadline, ("send", dest, tag), dest, tag)
-            if header.tag == DONE_TAG:
-                self._note_done(header, head)
-            else:
-                self._unmatched.append((header, self._park(header, head)))
+        op = ("send", dest, tag)
+        while message_id in self._in_flight and message_id not in self._taken_back:
+            try:
+                got = self._screen(*self._read_header(
+                    deadline if give_up is None else min(deadline, give_up), op, dest, tag,
+                    copying=True))
+            except CommTimeout:
+                if give_up is None or now() >= deadline:
+                    raise
+                return False
+            if got is not None:
+                self._unmatched.append((got[0], self._park(*got)))
+        return True
+
+    def _screen(self, header, head):
+        """(header, head) of a message for matching; None for a 'copied' notice (noted)
+        and for a plain send's notice its sender took back (answered)."""
+        if header.tag == DONE_TAG:
+            self._note_done(header, head)
+            return None
+        if header.remote and self._lanes is not None and self._withdrawn(header, head):
+            return None
+        return header, head
+
+    def _withdrawn(self, header, head) -> bool:
+        """Claim a plain send's REMOTE notice from a lane before copying it; True (and
+        tell the sender) when the sender took it back first (see :meth:`_send_eager`)."""
+        message_id = frames.descriptor(header, head)[2]
+        ring = self._lanes.inbound.get(header.source)
+        if not message_id & EAGER or message_id & STAGED or ring is None:
+            return False
+        message_id &= ID_MASK
+        ring.set_claimed(message_id)
+        shm.fence()
+        # the sender resolves each plain send before the next (copied, or taken back), so
+        # a notice still unread here with an id up to the last one taken back was taken back
+        if ring.cancelled() < message_id:
+            return False
+        self._post(header.source, np.array([message_id | TAKEN_BACK], np.uint64), DONE_TAG, True)
+        return True
 
     def _note_done(self, header, head) -> None:
-        if header.source not in self._readers or header.shape != (1,) or header.dtype != np.uint64:
+        readers = self._readers if self._lanes is None else self._readers | {self.rank}
+        if header.source not in readers or header.shape != (1,) or header.dtype != np.uint64:
             raise CommError(f"rank {self.rank}: dropped a malformed 'copied' notice from rank "
                             f"{header.source}")
-        self._in_flight.pop(int(frames.to_array(header, head, header.size)[0]), None)
+        value = int(frames.to_array(header, head, header.size)[0])
+        message_id = value & ID_MASK
+        if value & TAKEN_BACK:
+            if message_id in self._in_flight:
+                self._taken_back.add(message_id)
+            return
+        self._in_flight.pop(message_id, None)
+        self._staged.discard(message_id)
 
     def _next_header(self, deadline, op, peer, tag):
-        """The next message for matching; 'copied' notices are noted on the way."""
+        """The next message for matching (see :meth:`_screen`)."""
         while True:
-            header, head = self._read_header(deadline, op, peer, tag)
-            if header.tag != DONE_TAG:
-                return header, head
-            self._note_done(header, head)
+            got = self._screen(*self._read_header(deadline, op, peer, tag))
+            if got is not None:
+                return got
 
     def _park(self, header, head):
         """A single-copy message nobody asked for yet stays in its sender's memory: it is
@@ -277,10 +511,12 @@ class ZmqComm(QueuedComm):
         peer ran ahead: allreduce peaks of ~2x the array against the model's 1.25x, issue
         29). The sender waits for the copy as if the notice had come later; MPI's
         rendezvous sends do the same."""
-        return head if header.remote else super()._park(header, head)
+        if header.remote and not frames.descriptor(header, head)[2] & EAGER:
+            return head
+        return super()._park(header, head)  # a plain send's: copied now (the sender waits)
 
     def _unpark(self, header, parked, target):
-        if header.remote:
+        if header.remote and not isinstance(parked, np.ndarray):
             return self._payload(header, parked, target)
         return super()._unpark(header, parked, target)
 
@@ -303,7 +539,11 @@ class ZmqComm(QueuedComm):
             self._post(source, np.array([message_id], np.uint64), DONE_TAG, True)
         return arr
 
-    def _read_header(self, deadline, op, peer, tag):
+    def _read_header(self, deadline, op, peer, tag, copying=False):
+        """The next message's (header, first part); ``copying``: the wait is for a peer
+        copying a large array of ours (see :meth:`_read_lanes_or_socket`)."""
+        if self._lanes is not None:
+            return self._read_lanes_or_socket(deadline, op, peer, tag, copying)
         sock = self._pull
         if self._rcvtimeo_full != self._timeout:
             # the first wait may take the whole timeout: the call began microseconds ago
@@ -311,7 +551,7 @@ class ZmqComm(QueuedComm):
             self._rcvtimeo_full = self._timeout
         while True:
             try:
-                head = sock.recv(copy=False)
+                frame = sock.recv(copy=False)
             except zmq.Again:
                 left = deadline - now()
                 if left <= 0:
@@ -319,14 +559,105 @@ class ZmqComm(QueuedComm):
                 self._set_rcvtimeo(math.ceil(left * 1000))
                 self._rcvtimeo_full = None
                 continue
-            more = head.more
+            got = self._accept(frame)
+            if got is not None:
+                return got
+
+    def _read_lanes_or_socket(self, deadline, op, peer, tag, copying=False):
+        """The next message from a lane or the socket: poll both (the socket only if some
+        peer is on TCP) while spinning pays (``shm.Spinner``), then sleep on the doorbell
+        and the socket (see :mod:`coursekit.comm.shm` for why no wake-up is lost). Frames
+        on the socket that fail authentication are read and dropped while it sleeps.
+
+        A wait while a peer copies a large array of ours (``copying``) lasts n / bw_memcpy
+        whatever the cores do (a third of a millisecond for 2 MiB), so it teaches the
+        Spinner nothing: counted, it took the credit of a ping-pong's large sizes away and
+        left the next small messages sleeping (80 us instead of 30)."""
+        got = self._poll_once()
+        if got is not None:
+            return got
+        spinner = self._spinner
+        start, spin = now(), spinner.budget()
+        while now() - start < spin:
+            got = self._poll_once()
+            if got is not None:
+                if not copying:
+                    spinner.found()
+                return got
+        asleep = now()
+        got = self._sleep_until_message(deadline, op, peer, tag)
+        if spin and not copying:
+            spinner.slept(now() - asleep)
+        return got
+
+    def _poll_once(self):
+        """The next message waiting in a lane, or on the socket where some peer is on TCP;
+        None when there is none now."""
+        got = self._lanes.take()
+        if got is not None:
+            return self._lane_header(*got)
+        return self._socket_frame() if self._socket_peers else None
+
+    def _sleep_until_message(self, deadline, op, peer, tag):
+        """Sleep on the doorbell and the socket until a message comes (CommTimeout at
+        ``deadline``; PeerGone once ``peer``'s process has ended and nothing it sent is
+        left)."""
+        lanes = self._lanes
+        while True:
+            t = now()
+            if t >= deadline:
+                raise self._timeout_error(op, peer, tag)
+            lanes.going_to_sleep()
             try:
-                head = self._sealer.open(head, head.get("Peer-Address") or "an unknown address")
-                break
-            except CommError as exc:  # not this comm's: changes nothing, so wait on
-                self._drain(more)
-                self.rejected += 1
-                self.last_rejected = str(exc)
+                got = lanes.take()
+                if got is not None:
+                    return self._lane_header(*got)
+                socket_ready = self._sleep(min(deadline - t, shm.PEER_CHECK_S))
+            finally:
+                lanes.woke_up()
+            got = self._poll_once()
+            if got is None and socket_ready and not self._socket_peers:
+                got = self._socket_frame()
+            if got is None and lanes.gone(peer):
+                got = self._poll_once()  # the last thing it sent, if it came meanwhile
+                if got is None:
+                    raise self._peer_gone_error(op, peer, tag)
+            if got is not None:
+                return got
+
+    def _peer_gone_error(self, op, peer, tag) -> PeerGone:
+        return PeerGone(f"rank {self.rank}: {describe_op(op)} stopped waiting for rank {peer} "
+                        f"(tag {tag_name(tag)}): its process has exited, and no message it "
+                        "sent before is left to match")
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait until the doorbell rings or the socket has a frame (True: the socket)."""
+        ready = dict(self._poller.poll(max(1, math.ceil(seconds * 1000))))
+        return self._pull in ready
+
+    def _socket_frame(self):
+        """The next message on the socket if one is there, else None; frames that fail
+        authentication are dropped on the way."""
+        while True:
+            try:
+                frame = self._pull.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return None
+            got = self._accept(frame)
+            if got is not None:
+                return got
+
+    def _accept(self, frame):
+        """(header, first part) of a frame read from the socket; None when it fails
+        authentication (it is counted in ``rejected`` and dropped with its parts)."""
+        more = frame.more
+        try:
+            head = self._sealer.open(frame, frame.get("Peer-Address") or "an unknown address")
+        except CommError as exc:  # not this comm's: changes nothing, so wait on
+            self._drain(more)
+            self.rejected += 1
+            self.last_rejected = str(exc)
+            return None
         try:
             header = self._decode(head)
         except CommError:
@@ -337,6 +668,26 @@ class ZmqComm(QueuedComm):
             raise CommError(f"rank {self.rank}: dropped a message from rank {header.source}: "
                             "it must be one inline or remote part, or header + payload parts")
         return header, head
+
+    def _lane_header(self, source, frame):
+        """(header, frame) of a record read from ``source``'s lane. Decoded headers are
+        kept by their bytes (a training loop sends the same few over and over)."""
+        try:
+            key = bytes(frame[:frames.HEADER_MIN + 8 * frame[5]])
+            header = self._lane_headers[key]
+        except (IndexError, KeyError):
+            header = None
+        if header is None or len(frame) != header.size + (
+                header.nbytes if header.inline else frames.DESCRIPTOR.size):
+            header = self._decode(frame)
+            if len(self._lane_headers) >= 1024:
+                self._lane_headers.clear()
+            self._lane_headers[bytes(frame[:header.size])] = header
+        if header.source != source or not (header.inline or header.remote):
+            raise CommError(f"rank {self.rank}: dropped a record of rank {source}'s "
+                            f"shared-memory lane: it claims rank {header.source} or is not one "
+                            "inline or remote frame")
+        return header, frame
 
     def _timeout_error(self, op, peer, tag):
         """The base class's CommTimeout, saying what this rank dropped meanwhile (an

@@ -352,13 +352,15 @@ class MLP:
                     or not out.flags.c_contiguous):
                 raise ValueError(f"{want}; got {'' if out.flags.c_contiguous else 'a strided '}"
                                  f"{out.dtype.name} {out.shape}")
-        timer = _untimed if timer is None else timer
         b = self._backend
         if self.device == "cpu":
             kernel = b.loss_and_grad_xent if self.loss == "softmax_xent" else b.loss_and_grad_mse
+            if timer is None:  # the common case: no context manager (it cost ~0.7 us of 34 on bench (a))
+                return float(kernel(self._params, out, self._sizes_arr, self._act, X, y)), out
             with timer("compute"):
                 loss = kernel(self._params, out, self._sizes_arr, self._act, X, y)
             return float(loss), out
+        timer = _untimed if timer is None else timer
         with timer("stage"):
             staged = b.stage_in(self._params, X, y, self._sizes_arr)
         with timer("compute"):

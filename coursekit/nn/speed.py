@@ -9,6 +9,8 @@ Used by ``bench/bench_mlp.py`` and the chapter-1 notebook, so both report the sa
 * :func:`measure_matmul_peak` - single-precision matrix-product FLOP/s on this machine
   (SGEMM through NumPy's BLAS), the ceiling the MLP step is compared against;
 * :func:`measure_bandwidth` - memory copy bytes/s, the other axis of a roofline;
+* :func:`products_only` - one step's matrix products alone, as the Numba step calls BLAS:
+  the ceiling of any step built on those calls (the rest is elementwise work and Python);
 * :func:`single_thread` - limit the BLAS pools (NumPy's and SciPy's, which Numba calls)
   and PyTorch to one thread, so every contestant uses the same hardware.
 """
@@ -20,10 +22,11 @@ import time
 
 import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  (loads the BLAS Numba calls, so it can be limited)
+from numba import njit
 from threadpoolctl import threadpool_limits
 
 from coursekit import checks
-from coursekit.nn import layout, reference
+from coursekit.nn import kernels_cpu, layout, reference
 from coursekit.nn.mlp import MLP
 from coursekit.nn.optim import SGD
 
@@ -32,6 +35,7 @@ __all__ = [
     "best_time",
     "measure_bandwidth",
     "measure_matmul_peak",
+    "products_only",
     "single_thread",
     "training_steps",
 ]
@@ -97,6 +101,73 @@ def measure_bandwidth(nbytes: int = 64 * 2**20, repeats: int = 5) -> float:
     src = np.ones(nbytes // 8)
     dst = np.empty_like(src)
     return 2 * src.nbytes / best_time(lambda: np.copyto(dst, src), repeats=repeats)
+
+
+@njit(cache=True)
+def _block(flat, sizes, layer, n):
+    """The (n, sizes[layer]) block ``layer`` of ``flat``, where the blocks lie one after another."""
+    start = 0
+    for i in range(layer):
+        start += n * sizes[i]
+    return flat[start : start + n * sizes[layer]].reshape((n, sizes[layer]))
+
+
+@njit(cache=True)
+def _products(params, grad, sizes, n, acts, deltas, w_t):
+    """The matrix products of ``kernels_cpu.loss_and_grad_xent``, in its order, nothing else."""
+    n_layers = len(sizes) - 1
+    for layer in range(n_layers):
+        W, _ = kernels_cpu._layer_view(params, sizes, layer)
+        np.dot(_block(acts, sizes, layer, n), W, _block(acts, sizes, layer + 1, n))
+    for layer in range(n_layers - 1, -1, -1):
+        W, _ = kernels_cpu._layer_view(params, sizes, layer)
+        dW, _ = kernels_cpu._layer_view(grad, sizes, layer)
+        delta = _block(deltas, sizes, layer + 1, n)
+        np.dot(_block(acts, sizes, layer, n).T, delta, dW)
+        if layer > 0:
+            G_prev = _block(deltas, sizes, layer, n)
+            if W.size <= kernels_cpu._SMALL_W:  # as layer_backward: a C-ordered copy of W^T
+                W_t, _ = kernels_cpu._layer_view(w_t, sizes, layer)
+                np.dot(delta, W_t.reshape((W.shape[1], W.shape[0])), G_prev)
+            else:
+                np.dot(delta, W.T, G_prev)
+
+
+def products_only(model: MLP, batch: int):
+    """A function running one training step's matrix products alone, as the Numba step does.
+
+    Forward A^l = A^(l-1) W_l; backward dW_l = A^(l-1)^T delta^l and, above the first layer,
+    G^(l-1) = delta^l W_l^T (through a C-ordered copy of W^T made once here, for a W of at most
+    ``kernels_cpu._SMALL_W`` values, as ``kernels_cpu.layer_backward`` multiplies): the
+    ``np.dot`` (BLAS) calls of ``model.loss_and_grad`` with the same shapes and operand
+    layouts, in one compiled call with arguments of the kernel's kinds, and no elementwise
+    work. Its time is the least a step built on those calls can take: it does
+    ``flops.mlp_step_flops(model.sizes, batch)["total"]`` FLOPs.
+
+    The function's attributes ``acts`` ([A^0, ..., A^L], random), ``deltas`` ([delta^0, ...,
+    delta^L]: delta^L random, the lower ones written by the calls) and ``grad`` (flat, dW
+    written) are its arrays, so the products can be checked.
+    """
+    if not isinstance(model, MLP) or model.device != "cpu":
+        raise TypeError(f"model must be a CPU coursekit.nn.MLP; got {model!r:.60}")
+    n = checks.integer(batch, "batch", at_least=1)
+    sizes, dt = model.sizes, model.dtype
+    rng = np.random.default_rng(0)
+    acts = rng.standard_normal(n * sum(sizes)).astype(dt)
+    deltas = rng.standard_normal(n * sum(sizes)).astype(dt)
+    w_t = np.zeros_like(model.params)  # W_l^T in W_l's place of the flat layout
+    for layer in model.layers:
+        w_t[layer.span][: layer.W.size] = layer.W.T.ravel()
+    params, grad, sizes_arr = model.params, np.zeros_like(model.params), model._sizes_arr
+
+    def run():
+        _products(params, grad, sizes_arr, n, acts, deltas, w_t)
+
+    blocks = np.cumsum([0, *(n * m for m in sizes)])
+    run.acts, run.deltas = ([flat[a:b].reshape(n, m) for a, b, m in zip(blocks, blocks[1:], sizes)]
+                            for flat in (acts, deltas))
+    run.grad = grad
+    return run
 
 
 def _torch_or_none():

@@ -18,6 +18,7 @@ from coursekit.costmodel import check_link
 from coursekit.viz import byte_label
 from coursekit.viz.collectives import plot_timing
 from coursekit.widgets.panel import Panel, png, run_target, size_limit
+from coursekit.widgets.transport import control_for
 
 __all__ = ["CollectivesPanel"]
 
@@ -25,7 +26,8 @@ SIZES = tuple(1 << k for k in range(10, 27, 2))  # 1 KiB .. 64 MiB
 
 
 class CollectivesPanel(Panel):
-    """Controls: collective, algorithm, number of ranks, largest message size; a Run button.
+    """Controls: collective, algorithm, number of ranks, largest message size, and on a
+    cluster the transport (:mod:`coursekit.widgets.transport`); a Run button.
 
     ``max_ranks``: the largest p offered (None: the runner's or cluster's size). ``link``: the
     fitted link the predictions use, anything with ``.alpha`` (s) and ``.beta`` (s/B)
@@ -53,7 +55,9 @@ class CollectivesPanel(Panel):
         self.size = widgets.SelectionSlider(options=[(byte_label(s), s) for s in SIZES],
                                             value=1 << 20, description="up to", style=style)
         self.collective.observe(self._collective_changed, names="value")
-        super().__init__([self.collective, self.algorithm, self.ranks, self.size],
+        self.transport = control_for(panel_options, style)
+        extra = [self.transport.dropdown] if self.transport else []
+        super().__init__([self.collective, self.algorithm, self.ranks, self.size, *extra],
                          hint="Pick a collective and press Run.", **panel_options)
 
     def _collective_changed(self, change):
@@ -64,6 +68,8 @@ class CollectivesPanel(Panel):
         """Measure with the current settings."""
         sizes = [s for s in SIZES if s <= self.size.value]
         config = TimingConfig(self.collective.value, self.algorithm.value, sizes, self.repeats)
+        if self.transport:
+            self.transport.apply(self.cluster)
         return self.experiment(self.runner(), config, self.link, workers=self.ranks.value)
 
     def show(self, r) -> None:

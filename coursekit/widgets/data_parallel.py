@@ -26,6 +26,7 @@ from coursekit.viz import byte_label
 from coursekit.viz.data_parallel import plot_live, plot_run
 from coursekit.nn.mlp import check_device
 from coursekit.widgets.panel import LiveRepr, Panel, device_summary, png, run_target, size_limit
+from coursekit.widgets.transport import control_for
 
 __all__ = ["DataParallelPanel", "LiveView"]
 
@@ -58,7 +59,8 @@ class LiveView(LiveRepr, widgets.VBox):
 class DataParallelPanel(Panel):
     """Controls for one run: workers, exchange, averaging interval k (``average_every``,
     enabled for exchange "average": local SGD), algorithm, LR rule, per-worker batch,
-    straggler factor, bucket size; Run / Stop, a live progress bar, loss + timeline.
+    straggler factor, bucket size, and on a cluster the transport
+    (:mod:`coursekit.widgets.transport`); Run / Stop, a live progress bar, loss + timeline.
 
     Trains on ``data`` (evaluated on ``eval_data``) with :func:`train`; ``max_workers``
     (None: the runner's or cluster's size); ``base`` holds every other setting;
@@ -96,8 +98,11 @@ class DataParallelPanel(Panel):
                                         description="straggler x", style=style)
         self.bucket = widgets.Dropdown(options=list(BUCKETS), value="one piece",
                                        description="bucket", style=style)
+        self.transport = control_for(panel_options, style)
+        extra = [self.transport.dropdown] if self.transport else []
         super().__init__([self.workers, self.exchange, self.every, self.algorithm, self.lr_rule,
-                          self.batch, self.slow, self.bucket], columns=2, **panel_options)
+                          self.batch, self.slow, self.bucket, *extra], columns=2,
+                         **panel_options)
 
     def _exchange_changed(self, change) -> None:
         """k applies to local SGD only: the slider is enabled for exchange "average"."""
@@ -116,7 +121,10 @@ class DataParallelPanel(Panel):
                        if self.exchange.value == "allreduce" else None)
 
     def compute(self):
-        """Train with the current settings, following the workers live."""
+        """Train with the current settings (on the transport picked), following the
+        workers live."""
+        if self.transport:
+            self.transport.apply(self.cluster)
         return train(self.runner(), self.config(), self.data, self.eval_data,
                      workers=self.workers.value, on_update=self.on_data)
 

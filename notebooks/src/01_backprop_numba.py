@@ -526,10 +526,14 @@ print("\nNumba's step is faster than tight NumPy's by "
       + ", ".join(f"{speed[label]['numpy (tight)'] / speed[label]['numba']:.2f}x ({label})" for label in configs))
 
 # %% tags=["nbval-ignore-output"]
+from matplotlib.ticker import EngFormatter, MaxNLocator
+
 fig, axes = plt.subplots(1, 2, figsize=(10, 3), layout="constrained")
 for ax, (label, times) in zip(axes, speed.items()):
     ax.barh(list(times), [1 / t for t in times.values()], color=[series_color(i) for i in range(len(times))])
     ax.set(title=label, xlabel="training steps per second (1 thread)")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # a few short labels ("10k") at any speed
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.invert_yaxis()
 show()
 

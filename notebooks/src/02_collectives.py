@@ -32,8 +32,10 @@ c.size
 #
 # Engines 0 and 1 play ping-pong with messages from 8 B to 16 MiB: engine 0 sends `n`
 # bytes, engine 1 sends them back, and the one-way time is half a round trip (the median
-# of 20 round trips; `coursekit.measure.pingpong_times` is the code). `measure.link` runs
-# it on the engines and fits the line by least squares; it keeps the measured points
+# of 20 round trips; `coursekit.measure.pingpong_times` is the code). The sizes take turns,
+# five round trips each, so that a burst of load elsewhere on the machine slows a few trips
+# of several sizes rather than every trip of one (which would bend the line). `measure.link`
+# runs it on the engines and fits the line by least squares; it keeps the measured points
 # (`link.sizes`, `link.times`) for the plot.
 
 # %%
@@ -57,19 +59,23 @@ legend_outside(ax)
 show()
 
 # %% [markdown]
-# A step of a ring or a butterfly is not a ping-pong: both ranks `sendrecv` at once. Between
-# engines on one host, ZmqComm sends those payloads (256 KiB and up) by **single copy**:
-# the receiver copies the array straight out of the sender's memory (`process_vm_readv`,
-# what MPICH calls CMA) instead of pushing it through TCP, which copies every byte twice.
-# At connect every pair of engines checks that this works; these are the peers each
-# engine reads from. Engines on other hosts are never among them, and MPI engines list
-# none: MPI moves data between ranks on one node through shared memory by itself.
+# These engines share one host, so their messages did not cross a socket: ZmqComm gives
+# every pair of engines on a host a **shared-memory lane**, a ring buffer in memory both
+# processes map (`coursekit.comm.shm`, the way MPICH's and NCCL's shared-memory transports
+# work). A small message is copied into the ring and out of it; a large one (above 64 KiB)
+# is copied once, straight out of the sender's memory by the receiver (`process_vm_readv`,
+# what MPICH calls CMA), instead of twice through the kernel as TCP does. At connect every
+# pair of engines checks that this works; these are the peers each engine reaches through
+# a lane. Engines on other hosts are never among them (they talk over TCP), and MPI
+# engines list none: MPI moves data between ranks on one node through shared memory by
+# itself.
 
 # %% tags=["nbval-ignore-output"]
 # (which engines share a host depends on the cluster you run on)
-def single_copy_peers():
+def lane_peers():
     from coursekit.comm import engine_comm
-    return sorted(engine_comm().single_copy_peers)
+    comm = engine_comm()
+    return sorted(set(comm.shared_memory_peers) - {comm.rank})
 
 
 def host():
@@ -77,7 +83,7 @@ def host():
     return this_engine().host
 
 
-peers, hosts = c.run(single_copy_peers), c.run(host)
+peers, hosts = c.run(lane_peers), c.run(host)
 assert all(hosts[p] == hosts[r] for r in range(c.size) for p in peers[r])
 peers
 
@@ -87,7 +93,7 @@ peers
 # with this fit, because every step they take is one.
 
 # %%
-exchange_link = measure.link(engines, "swap", sizes)
+exchange_link = measure.link(engines, "swap", sizes, repeats=20)
 
 # %% tags=["nbval-ignore-output"]
 print(f"exchange: alpha ~ {exchange_link.alpha * 1e6:.1f} us, "
@@ -95,14 +101,87 @@ print(f"exchange: alpha ~ {exchange_link.alpha * 1e6:.1f} us, "
       f"(the line misses the median point by {misfit(exchange_link):.0%})")
 assert exchange_link.alpha > 0 and exchange_link.beta > 0 and misfit(exchange_link) < 0.5
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.loglog(link.sizes, link.times * 1e6, "o", label="ping-pong (send, recv: TCP)")
-ax.loglog(exchange_link.sizes, exchange_link.times * 1e6, "s",
-          label="exchange (sendrecv: single copy from 256 KiB)")
+ax.loglog(link.sizes, link.times * 1e6, "o", label="ping-pong (send, recv)")
+ax.loglog(exchange_link.sizes, exchange_link.times * 1e6, "s", label="exchange (sendrecv)")
 ax.loglog(exchange_link.sizes, exchange_link(exchange_link.sizes) * 1e6, "-",
           label=r"exchange fit $\alpha + n\beta$")
 ax.set(xlabel="message size n [bytes]", ylabel="time [us]")
 legend_outside(ax)
 show()
+
+# %% [markdown]
+# ### Three transports, three alphas
+#
+# The same engines can also talk over **TCP** (every message through the kernel's loopback
+# socket: the only way between hosts, and what this cluster used before lanes), and MPI
+# engines over **MPI** (MPICH's own shared memory). `coursekit.transports.fit` switches
+# the engines to one transport, fits its link by the same ping-pong, and times its
+# **software path**: engine 0 sending 8 bytes to itself and receiving them, which is what
+# the Comm's Python (checks, framing, matching) and the transport's own calls cost with no
+# second process involved. MPI runs on a second, two-engine cluster launched by `mpiexec`
+# (skipped where mpi4py is not installed); shared memory is skipped where engines 0 and 1
+# sit on different hosts. Afterwards the engines get this cluster's default comm back.
+
+# %%
+import importlib.util
+
+from coursekit import transports
+
+shared_host = hosts[0] == hosts[1]  # engines 0 and 1 (on a multi-host cluster they may not be)
+fits = {t: transports.fit(c, t, sizes, repeats=20)
+        for t in (("tcp", "shared memory") if shared_host else ("tcp",))}
+if importlib.util.find_spec("mpi4py") is not None:
+    with cluster.start(n=2, engines="mpi", local=True) as m:
+        fits["mpi"] = transports.fit(m, "mpi", sizes, repeats=20)
+backend = setup_comm(c, backend="auto")  # the rest of the chapter runs on this cluster's default
+
+# %% tags=["nbval-ignore-output"]
+print(f"{'transport':>14}{'alpha':>10}{'1/beta':>11}{'software path':>15}")
+for name, f in fits.items():
+    print(f"{name:>14}{f.link.alpha * 1e6:>8.1f}us{f.link.bandwidth / 1e9:>7.2f}GB/s"
+          f"{f.software * 1e6:>13.1f}us")
+tcp = fits["tcp"]
+for name, f in fits.items():
+    assert f.link.alpha > 0 and f.software > 0 and misfit(f.link) < 0.5, (name, f.link, misfit(f.link))
+if "shared memory" in fits:
+    lane = fits["shared memory"]
+    assert lane.software < tcp.software, (lane.software, tcp.software)
+    assert lane.link.bandwidth > tcp.link.bandwidth, (lane.link, tcp.link)
+    assert lane.link.alpha < 1.5 * tcp.link.alpha, (lane.link, tcp.link)  # see the text below
+    print("PASS: shared memory has a cheaper software path and a higher bandwidth than TCP, "
+          "and an alpha at most 1.5 times TCP's")
+if "mpi" in fits:
+    assert fits["mpi"].link.alpha < tcp.link.alpha, (fits["mpi"].link, tcp.link)
+    print("PASS: MPI has an alpha below TCP's")
+
+# %% [markdown]
+# Where the microseconds of $\alpha$ go:
+#
+# - **TCP**: a message is written into a socket (a system call), ZeroMQ's I/O thread of the
+#   sender moves it into the kernel, the receiver's I/O thread takes it out and hands it to
+#   the engine's thread (each hop a thread woken up), and the message is signed and checked
+#   (a MAC, see `coursekit.comm.auth`). Its software path alone, without a second process,
+#   costs more than a lane's (checked). Large messages cross the kernel twice, so $1/\beta$
+#   is lower too (checked).
+# - **Shared memory**: the software path is the Comm's own Python: checking the arguments,
+#   framing, matching by source and tag, and copying a few bytes into and out of the ring.
+#   What a one-way message adds to it is the receiver noticing the record: it polls its
+#   rings for up to 100 µs while polling has been paying (the sender runs on another
+#   core), else it sleeps until the sender rings its doorbell (a one-byte pipe write), and
+#   then the message pays a wake-up of the receiving engine. Large messages are copied
+#   once, near `memcpy` speed.
+# - **MPI**: MPICH's shared memory in C, polled in a loop; what this course's MpiComm adds
+#   on top is the same kind of Python software path.
+#
+# With a core per engine the lanes' $\alpha$ is several times smaller than TCP's
+# (`bench/bench_p2p.py` measures both between two processes). In this notebook, with four engines on two
+# cores, a waiting engine often sleeps, and both transports then pay mostly the wake-up:
+# their $\alpha$ can come out close, so the check only bounds the lanes' at 1.5 times
+# TCP's. The software path and the bandwidth differ several-fold whatever the load.
+#
+# The lessons below do not depend on the transport: the same collectives run on all three,
+# and the cost model takes whichever $\alpha$ and $\beta$ you measured. What changes is
+# where the crossover sizes fall (a smaller $\alpha$ moves them down).
 
 # %% [markdown]
 # ## 2. Collectives as timelines
@@ -209,7 +288,7 @@ timings = {}
 for alg in C.ALGORITHMS["allreduce"]:  # on every engine (workers=None: all)
     config = timing.TimingConfig("allreduce", alg, check_sizes)
     timings[alg] = timing.measure_and_predict(engines, config, exchange_link)
-busy_link = measure.link(engines, "ring", sizes)  # all engines at once: a ring step
+busy_link = measure.link(engines, "ring", sizes, repeats=20)  # all engines at once: a ring step
 gamma = measure.gamma(engines)  # seconds per byte of a += b, on every engine at once
 print(f"link with all {c.size} engines exchanging at once (a ring step): alpha ~ {busy_link.alpha * 1e6:.0f} us, "
       f"1/beta ~ {busy_link.bandwidth / 1e9:.2f} GB/s; reduction gamma ~ {gamma * 1e12:.0f} ps/B")
@@ -230,7 +309,7 @@ assert all((t.measured > 0).all() for t in timings.values())  # the ratios are a
 # above (the check below asserts the median is above 1). The model is not
 # wrong, its link is: it assumes every rank has its own core and an idle link, while here
 # four engines share two cores, so when all of them exchange at once each waits for the
-# CPU, and every message also pays ZeroMQ's and Python's per-message overhead. Fitting
+# CPU, and every message also pays the Comm's Python per-message overhead. Fitting
 # $\alpha$ and $\beta$ from a ring step with **all** engines busy, and adding the reduction
 # cost $\gamma$ (the `a += b` the model's $n\gamma$ terms stand for), brings the prediction
 # much closer. Not exact: the busy link's $\alpha$ is mostly waiting for the slowest of four

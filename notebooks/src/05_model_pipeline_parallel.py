@@ -25,7 +25,7 @@
 #    follow each other through the stages (GPipe, PipeDream, and their successors).
 #
 # Every experiment below runs on the engines of a local cluster and talks engine to engine
-# over ZeroMQ (chapter 2); this notebook only sends the model and the data and draws. We
+# through the Comm (chapter 2: shared-memory lanes between engines of one host); this notebook only sends the model and the data and draws. We
 # start **two** engines: this course's reference machine has two CPU cores, and with more
 # engines than cores the measured timings would show the engines queueing for a core more
 # than the schedules. The simulations use any number of ranks.
@@ -404,7 +404,7 @@ for name, (total, bubble, sim_total, sim_bubble) in measured.items():
 # The measured pictures have the shape the schedule predicts, with two differences worth
 # understanding:
 #
-# * **Communication.** Every hand-over is a ZeroMQ message of $N/m \times 512$ doubles (tens
+# * **Communication.** Every hand-over is a Comm message of $N/m \times 512$ doubles (tens
 #   to hundreds of microseconds) that the simulation counts as free (the panel's p2p control
 #   adds it); a receive that waits for it shows up as a gap.
 # * **Unequal and noisy actions.** The simulation gives every action of one letter the same

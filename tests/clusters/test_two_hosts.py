@@ -42,6 +42,8 @@ def test_comm_crosses_hosts_by_tcp_and_shares_memory_within_one(hosts):
         assert f["address"].startswith(f"tcp://{hosts.addresses[f['host']]}:")
         # single copy with the engine of its own host, never with the other host
         assert f["single_copy_peers"] == [r for r in mates if r != f["rank"]]
+        # shared-memory lanes to itself and its host's other engine; TCP to the other host
+        assert f["lane_peers"] == mates
     n_bytes = (1 << 16) * 8
     for rank_result in report["allreduce"]:
         assert rank_result["ring"][0] and rank_result["hierarchical"][0]  # both exact

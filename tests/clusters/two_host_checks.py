@@ -16,7 +16,8 @@ def facts(comm):
     me = this_engine()
     return {"rank": me.rank, "host": me.host, "local_rank": me.local_rank,
             "local_size": me.local_size, "address": comm.addresses[comm.rank],
-            "single_copy_peers": sorted(comm.single_copy_peers)}
+            "single_copy_peers": sorted(comm.single_copy_peers),
+            "lane_peers": sorted(comm.shared_memory_peers)}
 
 
 @interactive

@@ -1,10 +1,12 @@
-"""A peer that dies in the middle of a collective: the survivors get CommTimeout, no hang.
+"""A peer that dies in the middle of a collective: the survivors get CommTimeout, no hang
+(PeerGone, at once, where they wait on a dead process of their host through a lane).
 
 Real OS processes over ZmqComm (``run_procs``); the dying rank calls ``os._exit`` at the
 start of the collective, as if its node failed.
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -41,10 +43,14 @@ def test_survivors_time_out_naming_a_peer(collective, algorithm, everyone_waits)
                         timeout=TIMEOUT, may_die={dying})
     assert results[dying] is None
     survivors = [r for rank, r in enumerate(results) if rank != dying]
-    timed_out = [r for r in survivors if f"timed out after {TIMEOUT:g} s waiting for rank" in r]
+    stopped = re.compile(rf"(timed out after {TIMEOUT:g} s|stopped) waiting for rank")
+    timed_out = [r for r in survivors if stopped.search(r)]
     assert timed_out == survivors if everyone_waits else timed_out, survivors
     # whoever was waiting on the dead rank names it
     assert any(f"waiting for rank {dying}" in r for r in timed_out), survivors
+    # on this host that rank's lane says at once that its process has exited
+    assert any(f"stopped waiting for rank {dying}" in r and "its process has exited" in r
+               for r in timed_out), survivors
 
 
 def test_an_unexpected_death_is_still_an_error():

@@ -44,7 +44,10 @@ def test_a_flood_costs_memory_bounded_by_its_frames_and_collectives_stay_exact()
     eps = [czmq.bind() for _ in range(2)]
     addrs = [e.address for e in eps]
     with ThreadPoolExecutor(2) as pool:
-        a, b = pool.map(lambda r: eps[r].connect(r, addrs, key=KEY, timeout=60), range(2))
+        # the flood is on the socket; one thread drives both ranks, which a plain send of a
+        # large array through a shared-memory lane (a rendezvous) would not allow
+        a, b = pool.map(lambda r: eps[r].connect(r, addrs, key=KEY, timeout=60,
+                                                 shared_memory=False), range(2))
     ctx = zmq.Context()
     intruder = ctx.socket(zmq.PUSH)
     intruder.setsockopt(zmq.SNDHWM, 0)

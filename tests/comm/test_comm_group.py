@@ -69,3 +69,17 @@ def test_whole_comm_is_returned_and_bad_members_are_rejected():
         return True
 
     assert run_local(build, 2) == [True, True]
+
+
+def _group_peers(comm):
+    from coursekit.comm import subcomm
+    group = subcomm(comm, [2, 0])
+    return (None if group is None else
+            (sorted(group.shared_memory_peers), sorted(group.single_copy_peers)))
+
+
+def test_a_group_reports_its_members_lane_and_single_copy_peers_in_group_ranks():
+    from coursekit.comm.procs import run_procs
+    got = run_procs(_group_peers, 3, timeout=30)
+    assert got[1] is None
+    assert got[0] == ([0, 1], [0]) and got[2] == ([0, 1], [1])  # group ranks: 2 -> 0, 0 -> 1

@@ -65,6 +65,49 @@ def check_large_symmetric_exchange(comm):
     np.testing.assert_array_equal(comm.recv(peer), peer)
 
 
+def check_large_send_to_a_waiting_receiver(comm):
+    """From SYNC_MIN bytes a send to a rank already in recv goes straight from the array
+    (no copy); either way the array may be reused the moment send returns."""
+    from coursekit.comm.mpi import SYNC_MIN
+    n = 4 * SYNC_MIN // 8
+    if comm.rank == 0:
+        x = np.arange(n, dtype=np.float64)
+        time.sleep(0.1)  # rank 1 is in recv by now, usually (both paths must be right)
+        comm.send(x, 1, tag=3)
+        x[:] = -1
+        comm.send(np.arange(n, dtype=np.float64).reshape(4, -1), 1, tag=4)
+    elif comm.rank == 1:
+        np.testing.assert_array_equal(comm.recv(0, tag=3), np.arange(n))
+        out = np.empty((4, n // 4))
+        assert comm.recv(0, tag=4, out=out) is out
+        np.testing.assert_array_equal(out.ravel(), np.arange(n))
+
+
+def check_large_send_does_not_wait_for_the_receiver(comm):
+    """A plain send returns without waiting for a receiver that is busy (it copies)."""
+    from coursekit.comm.mpi import SYNC_MIN
+    n = 4 * SYNC_MIN
+    if comm.rank == 0:
+        t = time.monotonic()
+        comm.send(np.ones(n, np.uint8), 1, tag=5)
+        took = time.monotonic() - t
+        assert took < 0.5, f"send waited {took:.2f} s for a receiver that sleeps 1 s"
+    elif comm.rank == 1:
+        time.sleep(1.0)
+        np.testing.assert_array_equal(comm.recv(0, tag=5), 1)
+
+
+def check_large_ring_of_plain_sends(comm):
+    """Every rank sends to its right neighbour first, then receives: a cycle of waiting
+    senders, which must not deadlock."""
+    from coursekit.comm.mpi import SYNC_MIN
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    x = np.full(2 * SYNC_MIN, comm.rank, np.uint8)
+    comm.send(x, right, tag=6)
+    x[:] = 255
+    np.testing.assert_array_equal(comm.recv(left, tag=6), left)
+
+
 def check_timeout(comm):
     from coursekit.comm import CommTimeout
     comm.timeout = 0.3
@@ -162,7 +205,8 @@ def check_single_copy_peers(comm):
 
 
 CHECKS = [check_single_copy_peers, check_collectives_equal_mpi_own, check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
-          check_timeout, check_barrier, check_private_context, check_trace]
+          check_large_send_to_a_waiting_receiver, check_large_send_does_not_wait_for_the_receiver,
+          check_large_ring_of_plain_sends, check_timeout, check_barrier, check_private_context, check_trace]
 
 
 def spmd_main() -> None:

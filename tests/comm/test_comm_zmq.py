@@ -1,8 +1,7 @@
 """ZmqComm between real OS processes on loopback, its two-phase setup, faults and fuzzing."""
 
-import multiprocessing as mp
+import functools
 import os
-import queue
 import re
 import secrets
 import signal
@@ -22,6 +21,8 @@ from coursekit.comm import auth
 from coursekit.comm.auth import FrameSealer
 from coursekit.comm.examples import ping_pong, ring_exchange
 from coursekit.comm.procs import run_procs
+
+from spawned import two_ranks
 
 KEY = secrets.token_bytes(32)
 
@@ -92,50 +93,46 @@ def test_failing_rank_is_reported_with_its_rank():
 
 
 # ---- a dead peer -------------------------------------------------------------------------
-def _fault_rank(rank, up, down):
+def _fault_rank(rank, up, down, lanes):
     ep = czmq.bind()
     up.put(("addr", rank, ep.address))
     addresses, key = down.get(timeout=60)  # KEY differs in each spawned process
-    comm = ep.connect(rank, addresses, key=key, timeout=1.5)
+    comm = ep.connect(rank, addresses, key=key, timeout=1.5, shared_memory=lanes)
     if rank == 1:
         comm.send(np.arange(4.0), 0)
         comm.recv(0)  # blocks until the test kills this process
         return
     first = comm.recv(1)
-    up.put(("first", rank, first.tolist()))
+    up.put(("first", rank, (first.tolist(), sorted(comm.shared_memory_peers))))
     down.get(timeout=60)  # the parent has killed rank 1
     t0 = time.monotonic()
     try:
         comm.recv(1, tag=0)
     except CommTimeout as exc:
-        up.put(("timeout", rank, (str(exc), time.monotonic() - t0)))
+        up.put(("timeout", rank, (type(exc).__name__, str(exc), time.monotonic() - t0)))
     comm.close(linger=0)
 
 
-@pytest.mark.slow  # processes; the survivor waits out its 1.5 s timeout
-def test_killed_peer_gives_commtimeout_naming_it():
-    ctx = mp.get_context("spawn")
-    up, downs = ctx.Queue(), [ctx.Queue(), ctx.Queue()]
-    procs = [ctx.Process(target=_fault_rank, args=(r, up, downs[r]), daemon=True) for r in range(2)]
-    try:
-        for p in procs:
-            p.start()
-        addrs = dict(up.get(timeout=60)[1:] for _ in range(2))
-        for d in downs:
-            d.put(([addrs[0], addrs[1]], KEY))
-        assert up.get(timeout=20) == ("first", 0, [0.0, 1.0, 2.0, 3.0])
+@pytest.mark.slow  # processes; over TCP the survivor waits out its 1.5 s timeout
+@pytest.mark.parametrize("lanes", [True, False], ids=["lane", "tcp"])
+def test_a_killed_peer_is_named_at_once_on_a_lane_and_by_the_timeout_over_tcp(lanes):
+    with two_ranks(functools.partial(_fault_rank, lanes=lanes), KEY) as (procs, up, downs):
+        first = ("first", 0, ([0.0, 1.0, 2.0, 3.0], [0, 1] if lanes else []))
+        assert up.get(timeout=20) == first
         os.kill(procs[1].pid, signal.SIGKILL)
         procs[1].join(10)
         downs[0].put("go")
-        kind, rank, (msg, waited) = up.get(timeout=20)
-        assert kind == "timeout" and rank == 0
+        kind, rank, (error, msg, waited) = up.get(timeout=20)
+    assert kind == "timeout" and rank == 0
+    if lanes:  # the lane's pidfd of rank 1 tells, long before the timeout
+        assert error == "PeerGone", msg
+        assert ("rank 0: recv(source=1, tag=0) stopped waiting for rank 1 (tag 0): its process "
+                "has exited") in msg
+        assert waited < 1.4, waited
+    else:
+        assert error == "CommTimeout", msg
         assert "rank 0: recv(source=1, tag=0) timed out after 1.5 s waiting for rank 1" in msg
         assert 1.4 < waited < 5
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-            p.join(5)
 
 
 # ---- setup errors and foreign frames (in one process) ---------------------------------------
@@ -170,7 +167,7 @@ def connect_all(endpoints, **kw):
 def pair():
     eps = [czmq.bind() for _ in range(2)]
     addrs = [e.address for e in eps]
-    comms = connect_all(eps, timeout=2)
+    comms = connect_all(eps, timeout=2, shared_memory=False)  # the socket is the subject
     ctx = zmq.Context()
     intruder = ctx.socket(zmq.PUSH)
     intruder.connect(addrs[1])

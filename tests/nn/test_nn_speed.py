@@ -9,6 +9,7 @@ from coursekit.nn.speed import (
     best_time,
     measure_bandwidth,
     measure_matmul_peak,
+    products_only,
     single_thread,
     training_steps,
 )
@@ -70,6 +71,26 @@ def test_pytorch_contestant_takes_the_same_step():
     # PyTorch stores weights as (out, in); our layout is (in, out), then the bias
     flat = torch.cat([t.detach().flatten() for m in linears for t in (m.weight.T, m.bias)]).numpy()
     np.testing.assert_allclose(flat, steps["numba"].params, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("sizes", [(6, 8, 3), (6, 8, 5, 3), (6, 3), (300, 400, 2)])  # last: W^T as a view
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_only_computes_the_steps_products(sizes, dtype):
+    mlp = MLP(sizes, seed=1, dtype=dtype)
+    run = products_only(mlp, 5)
+    run()  # grad starts at zero and the deltas below the top are random: all must be written
+    A, D = run.acts, run.deltas
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    for i, layer in enumerate(mlp.layers):
+        np.testing.assert_allclose(A[i + 1], A[i] @ layer.W, rtol=tol, atol=tol)
+        dW = run.grad[layer.span][: layer.W.size].reshape(layer.W.shape)
+        np.testing.assert_allclose(dW, A[i].T @ D[i + 1], rtol=tol, atol=tol)
+        if i > 0:
+            np.testing.assert_allclose(D[i], D[i + 1] @ layer.W.T, rtol=tol, atol=tol)
+    with pytest.raises(TypeError, match="model must be a CPU"):
+        products_only("mlp", 5)
+    with pytest.raises(ValueError, match="batch"):
+        products_only(mlp, 0)
 
 
 def test_training_steps_rejects_mse():

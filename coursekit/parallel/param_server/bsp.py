@@ -14,7 +14,7 @@ everyone waits for the slowest worker at every step, and when one worker dies th
 
 from __future__ import annotations
 
-from coursekit.comm import CommTimeout
+from coursekit.comm import CommTimeout, PeerGone
 from coursekit.parallel.param_server.server import ShardServer
 from coursekit.parallel.param_server.protocol import FINISHED, OK, TAG_GRAD
 from coursekit.parallel.param_server.results import ServerReport, WorkerReport
@@ -50,10 +50,12 @@ def _gradient(server: ShardServer, w: int):
     rank = server.topology.worker_ranks[w]
     try:
         return server.comm.recv(rank, TAG_GRAD)
-    except CommTimeout:
+    except CommTimeout as exc:
+        when = ("before its process exited" if isinstance(exc, PeerGone)
+                else f"within {server.cfg.worker_timeout:g} s")
         raise RuntimeError(
             f"BSP: worker {w} (rank {rank}) sent no gradient for iteration {server.version} "
-            f"within {server.cfg.worker_timeout:g} s, so no shard can update: synchronous "
+            f"{when}, so no shard can update: synchronous "
             "training stops when one worker fails (SSP and ASP carry on without it)") from None
 
 

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from coursekit.cluster import live
-from coursekit.comm import CommTimeout, ThreadComm
+from coursekit.comm import CommTimeout, PeerGone, ThreadComm
 from coursekit.comm.trace import Trace, now
 from coursekit.data import shard
 from coursekit.nn import MLP
@@ -36,7 +36,8 @@ class Crashed(Exception):
 
 
 class ShardSilent(Exception):
-    """A shard sent no reply within ``config.timeout``: it is taken for dead (``shard``)."""
+    """A shard sent no reply within ``config.timeout``, or its process ended: it is taken
+    for dead (``shard``)."""
 
     def __init__(self, shard: int, message: str):
         super().__init__(message)
@@ -118,11 +119,13 @@ class Worker:
             try:
                 version, applied, clock, status = recv_reply(self.comm, server,
                                                              self.weights[lo:hi])
-            except CommTimeout:
+            except CommTimeout as exc:
+                gone = isinstance(exc, PeerGone)
                 raise ShardSilent(server, (
-                    f"worker {self.worker} (rank {self.rank}) waited {self.cfg.timeout:g} s for "
-                    f"shard {server} (rank {server}, parameters [{lo}, {hi})) after "
-                    f"{self.steps} steps: no reply")) from None
+                    f"worker {self.worker} (rank {self.rank}) waited"
+                    f"{'' if gone else f' {self.cfg.timeout:g} s'} for shard {server} (rank "
+                    f"{server}, parameters [{lo}, {hi})) after {self.steps} steps: "
+                    f"{'its process has exited' if gone else 'no reply'}")) from None
             self.versions[server] = version
             clocks.append(clock)
             statuses.append(status)

@@ -1,10 +1,12 @@
 """Chapter 4: the parameter server's shards and topology, bad input, lost workers, checkpoints
 (ThreadComm)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from coursekit.comm import run_local
+from coursekit.comm import PeerGone, run_local
 from coursekit.data import load_digits, shard
 from coursekit.nn import MLP
 from coursekit.parallel.checkpoint import CheckpointFallbackWarning, ShardState
@@ -12,7 +14,8 @@ from coursekit.parallel.param_server.async_sgd import PSConfig, collect, train, 
 from coursekit.cluster.runner import LocalRunner, RankFailure
 from coursekit.parallel.param_server.protocol import (DONE, HELLO, PULL, PUSH, PSTopology,
                                                       recv_reply, send_request, shard_ranges)
-from coursekit.parallel.param_server.worker import batch_rows
+from coursekit.parallel.param_server import bsp
+from coursekit.parallel.param_server.worker import ShardSilent, Worker, batch_rows
 
 DATA = load_digits()
 THREADS = LocalRunner(8)  # every run takes the ranks its workers= and servers= need
@@ -193,6 +196,28 @@ def test_bsp_stops_when_a_worker_dies():
     with pytest.raises(RuntimeError, match=r"BSP: worker 2 \(rank 3\) sent no gradient for "
                                            r"iteration 5 within 0.3 s"):
         train(THREADS, cfg, DATA, workers=3)
+
+
+def _gone(*args, **kwargs):
+    raise PeerGone("rank 1: recv(source=3, tag=2) stopped waiting for rank 3 (tag 2): its "
+                   "process has exited, and no message it sent before is left to match")
+
+
+def test_a_peer_whose_process_ended_is_reported_as_gone_not_as_late():
+    """A PeerGone (a CommTimeout raised as soon as the peer's process is known to have
+    ended) must not be reported as a peer that was silent for the whole timeout."""
+    server = SimpleNamespace(topology=SimpleNamespace(worker_ranks=[1, 2, 3]), version=5,
+                             comm=SimpleNamespace(recv=_gone), cfg=PSConfig(worker_timeout=0.3))
+    with pytest.raises(RuntimeError, match=r"BSP: worker 2 \(rank 3\) sent no gradient for "
+                                           r"iteration 5 before its process exited, so no"):
+        bsp._gradient(server, 2)
+    worker = SimpleNamespace(comm=SimpleNamespace(recv=_gone), ranges=[(0, 4)], worker=0, rank=2,
+                             steps=7, cfg=PSConfig(timeout=5), weights=np.zeros(4),
+                             elapsed=lambda: 0.0)
+    with pytest.raises(ShardSilent, match=r"^worker 0 \(rank 2\) waited for shard 0 \(rank 0, "
+                                          r"parameters \[0, 4\)\) after 7 steps: its process "
+                                          r"has exited$"):
+        Worker.receive_weights(worker)
 
 
 def test_a_gate_that_never_opens_is_reported_as_a_deadlock():

@@ -1,0 +1,442 @@
+"""Shared-memory lanes: messages between ranks on one host without a socket.
+
+MPICH's and NCCL's shared-memory transports give every pair of ranks on a node a ring
+in memory both can map; ZmqComm does the same for its same-host peers
+(:mod:`coursekit.comm.zmq`). Each rank owns one segment holding an **inbound ring per
+sender** (itself included) and a **doorbell**:
+
+* the segment is a ``memfd`` (``memfd_create``): anonymous memory with no name in
+  ``/dev/shm`` or anywhere else, mode 0600. Peers open it through
+  ``/proc/<owner pid>/fd/<n>``, which the kernel allows only to processes that may
+  inspect the owner (the same user, ptrace-read permission). The memory lives while a
+  process maps it: when every rank is gone, however it died (SIGKILL included), the
+  kernel frees it and nothing is left behind to clean up;
+* a ring is ``head`` (bytes the sender has written, ever), ``tail`` (bytes the owner has
+  read, ever) and ``CAPACITY`` bytes of records, 8-byte aligned: ``u32 length, u32 kind``
+  then one frame (:mod:`coursekit.comm.frames`, INLINE or REMOTE). Only the sender
+  writes ``head``, only the owner ``tail`` (single producer, single consumer: no lock).
+  The sender stores the record before it stores ``head``; x86-64 keeps stores in order
+  (TSO), which is why lanes are used on x86-64 only;
+* the doorbell is a non-blocking pipe and a ``sleeping`` word in the owner's segment. A
+  waiting owner polls its rings for up to ``SPIN_S`` (see :class:`Spinner`), then sets
+  ``sleeping``, looks once more and sleeps in ``poll`` on the pipe (and on its TCP
+  socket). A sender stores its record and ``head``, then reads ``sleeping`` and writes a
+  byte into the pipe only if it is set. Both sides put a full memory fence between their
+  store and their load (:func:`fence`), so at least one sees the other's store: either the
+  owner's last look finds the record or the sender rings. No wake-up is lost, and a
+  spinning owner costs its senders no system call.
+
+Cost of a message of n bytes through a lane: two memcpys (into the ring, out of it)
+plus a pipe write: t = alpha_shm + 2 n / bw_memcpy, with alpha_shm a few microseconds of
+Python. Payloads above ``RECORD_MAX`` do not go through the ring: the sender posts a
+REMOTE record and the owner copies the array straight out of the sender's memory
+(:mod:`coursekit.comm.cma`), t = alpha_shm + n / bw_memcpy.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import platform
+import select
+import struct
+import sys
+import threading
+
+import numpy as np
+
+from .errors import CommError
+
+CAPACITY = 1 << 20
+"""Bytes of records in each ring (a sender waits when its receiver left this much unread)."""
+RECORD_MAX = 1 << 16
+"""Payloads up to this many bytes are copied through the ring; larger ones by single copy."""
+SPIN_S = 100e-6
+"""How long a waiting rank polls its rings before it sleeps, while spinning pays."""
+CLAIM_GRACE_S = 2e-3
+"""How long a plain send of a large array waits for its receiver to start copying it
+before it takes it back and sends a copy of its own instead (ZmqComm._send_eager)."""
+PEER_CHECK_S = 0.5
+"""A rank sleeping on a lane peer looks this often whether that peer's process has ended
+(:meth:`Lanes.gone`), so a dead peer is named within this instead of after the timeout."""
+
+
+class Spinner:
+    """Whether a wait should spin first: only while spinning has been paying.
+
+    Spinning wins when the sender runs on another core and answers within ``SPIN_S``; it
+    loses where ranks outnumber free cores (4 engines on a 2-core laptop): the spinning
+    rank holds the core its peer needs to answer, and the answer comes right after it
+    gives up and sleeps (after a wake-up, itself 50-150 us on a small VM). So each wait
+    whose message came while spinning earns credit; each whose message came within
+    ``PROBE_SPINS * SPIN_S`` (1 ms) of going to sleep loses some. A wait that slept longer
+    says nothing about cores (its sender was computing) and leaves the credit as it is.
+    Without credit a rank sleeps at once, except that one wait in ``PROBE`` spins
+    ``PROBE_SPINS`` times longer, to notice when cores free up (longer, because its peer
+    may be asleep too and take a wake-up to answer). Open MPI's ``mpi_yield_when_idle``
+    makes the same choice once, from a count of ranks and cores; ``sched_yield`` in the
+    spin would not do: behind a busy process it costs a whole time slice (2 ms per message
+    measured).
+    """
+
+    PROBE = 32
+    PROBE_SPINS = 10
+    MAX_CREDIT = 8
+
+    def __init__(self):
+        self.credit, self.waits = self.MAX_CREDIT, 0
+
+    def budget(self) -> float:
+        """Seconds the next wait may spin."""
+        self.waits += 1
+        if self.credit > 0:
+            return SPIN_S
+        return self.PROBE_SPINS * SPIN_S if self.waits % self.PROBE == 0 else 0.0
+
+    def found(self) -> None:
+        """The message came while spinning."""
+        self.credit = min(self.MAX_CREDIT, self.credit + 2)
+
+    def slept(self, seconds: float) -> None:
+        """Spinning ran out; the message came ``seconds`` after the rank went to sleep."""
+        if seconds < self.PROBE_SPINS * SPIN_S:
+            self.credit = max(0, self.credit - 1)
+
+_CONTROL = 192              # head at +0, tail at +64, writer_waiting at +128: own cache lines;
+                            # claimed at +160, cancelled at +176 (see ZmqComm._send_eager)
+_RING = _CONTROL + CAPACITY
+_RECORD = struct.Struct("<II")  # length of the frame, kind
+_FRAME, _WRAP = 0, 1
+OFFER_WORDS = 5
+"""Length in u64 words of :meth:`Lanes.offer` (pid, segment fd, doorbell fd, token)."""
+_TOKEN = 16                 # the segment begins with a random token its peers check ...
+_PREFIX = 128               # ... in a prefix that keeps the rings on 64-byte lines
+_PAGE = mmap.PAGESIZE
+_SLEEPING = 8               # the u64 word of the prefix saying "the owner sleeps: ring"
+
+
+def supported() -> bool:
+    """Lanes need Linux (memfd, /proc/<pid>/fd) and x86-64's store order (see module doc)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "memfd_create")
+            and platform.machine() in ("x86_64", "AMD64"))
+
+
+def _align(n: int) -> int:
+    return (n + 7) & ~7
+
+
+class Ring:
+    """One sender's ring inside a receiver's segment, seen through ``view`` (a memoryview
+    of the whole segment, cast to bytes) and ``words`` (the same memory as u64)."""
+
+    def __init__(self, view: memoryview, words: memoryview, offset: int):
+        self.view, self.words = view, words
+        self.data = offset + _CONTROL
+        word = offset // 8
+        self.head_at, self.tail_at, self.waiting_at = word, word + 8, word + 16
+        self.claimed_at, self.cancelled_at = word + 20, word + 22  # owner's, sender's
+
+    def prefault(self) -> None:
+        """Touch every page of the ring through this mapping, before any record exists
+        (zeros, which nobody reads). Otherwise the first 1 MiB of messages each pay page
+        faults in both processes (about 200 us more per 32 KiB message on this course's
+        2-core VMs), and those slow waits would cost the Spinner its credit."""
+        np.frombuffer(self.view, np.uint8, CAPACITY, self.data)[::_PAGE] = 0
+
+    # ---- the sender's side --------------------------------------------------------------
+    def fits(self, nbytes: int) -> bool:
+        """True when a record of a ``nbytes``-byte frame fits now."""
+        return self.room(_align(_RECORD.size + nbytes))
+
+    def room(self, need: int) -> bool:
+        """True when a record of ``need`` bytes (aligned) fits now."""
+        head = self.words[self.head_at]
+        pos = head % CAPACITY
+        if pos + need > CAPACITY:  # it would wrap: the rest of the ring is skipped
+            need += CAPACITY - pos
+        return CAPACITY - (head - self.words[self.tail_at]) >= need
+
+    def write(self, head_bytes, payload, n: int) -> None:
+        """Append one record of ``n`` bytes (``head_bytes`` + ``payload``); ``room`` said
+        it fits."""
+        words, view = self.words, self.view
+        need = _align(_RECORD.size + n)
+        head = words[self.head_at]
+        pos = head % CAPACITY
+        if pos + need > CAPACITY:
+            _RECORD.pack_into(view, self.data + pos, 0, _WRAP)
+            head += CAPACITY - pos
+            pos = 0
+        at = self.data + pos
+        _RECORD.pack_into(view, at, n, _FRAME)
+        at += _RECORD.size
+        view[at:at + len(head_bytes)] = head_bytes
+        if payload is not None:
+            at += len(head_bytes)
+            view[at:at + len(payload)] = payload
+        words[self.head_at] = head + need  # after the record (x86-64 stores stay in order)
+
+    # ---- the owner's side ---------------------------------------------------------------
+    def take(self) -> bytearray | None:
+        """The next frame (copied out, its space given back), or None when empty."""
+        words = self.words
+        tail = words[self.tail_at]
+        if words[self.head_at] == tail:
+            return None
+        pos = tail % CAPACITY
+        n, kind = _RECORD.unpack_from(self.view, self.data + pos)
+        if kind == _WRAP:
+            tail += CAPACITY - pos
+            pos = 0
+            n, kind = _RECORD.unpack_from(self.view, self.data)
+        if kind != _FRAME or _RECORD.size + n > CAPACITY - pos:
+            raise CommError(f"shared-memory ring corrupted: record kind {kind}, length {n}")
+        at = self.data + pos + _RECORD.size
+        frame = bytearray(self.view[at:at + n])
+        words[self.tail_at] = tail + _align(_RECORD.size + n)
+        return frame
+
+    def claimed(self) -> int:
+        """The id of the last plain-send notice the owner began to copy."""
+        return self.words[self.claimed_at]
+
+    def set_claimed(self, message_id: int) -> None:
+        self.words[self.claimed_at] = message_id
+
+    def cancelled(self) -> int:
+        """The id of the last plain-send notice its sender took back."""
+        return self.words[self.cancelled_at]
+
+    def set_cancelled(self, message_id: int) -> None:
+        self.words[self.cancelled_at] = message_id
+
+    def writer_waits(self) -> bool:
+        return bool(self.words[self.waiting_at])
+
+    def set_writer_waits(self, on: bool) -> None:
+        self.words[self.waiting_at] = int(on)
+
+
+class Segment:
+    """A memfd of ``n_rings`` rings after a 16-byte token, mapped into this process."""
+
+    def __init__(self, fd: int, n_rings: int):
+        self.fd = fd
+        self.mm = mmap.mmap(fd, _PREFIX + n_rings * _RING)
+        self.view = memoryview(self.mm)
+        self.words = self.view.cast("Q")
+
+    def ring(self, index: int) -> Ring:
+        return Ring(self.view, self.words, _PREFIX + index * _RING)
+
+    def token(self) -> bytes:
+        return bytes(self.view[:_TOKEN])
+
+    def close(self) -> None:
+        self.words.release()
+        self.view.release()
+        self.mm.close()
+        os.close(self.fd)
+
+
+def open_peer_fd(pid: int, fd: int, flags: int) -> int:
+    """Open file descriptor ``fd`` of process ``pid`` (the kernel checks we may inspect it)."""
+    return os.open(f"/proc/{pid}/fd/{fd}", flags | os.O_CLOEXEC)
+
+
+class Lanes:
+    """This rank's inbound segment and doorbell, and the rings it writes into its peers'.
+
+    The segment has one ring per rank of the world (ring ``s`` is written by rank ``s``;
+    pages of rings nobody writes are never touched, so they cost no memory); this rank
+    reads the rings of ``senders`` (its same-host peers and itself), whose pages it
+    touches up front (:meth:`Ring.prefault`): 1 MiB per same-host peer. Build it, send
+    :meth:`offer` to each peer over an authenticated channel, call :meth:`attach` with
+    each peer's offer, then :meth:`enable` for the peers whose attach succeeded on both
+    sides.
+    """
+
+    def __init__(self, rank: int, size: int, senders):
+        self.rank = rank
+        self.size = size
+        name = f"coursekit-comm-rank{rank}-{os.urandom(6).hex()}"
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, _PREFIX + size * _RING)
+            self.segment = Segment(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.name = name
+        self.segment.view[:_TOKEN] = os.urandom(_TOKEN)
+        self.inbound = {s: self.segment.ring(s) for s in sorted({rank, *senders})}
+        for ring in self.inbound.values():
+            ring.prefault()  # before the offer: nobody writes into them yet
+        self._order = list(self.inbound.items())
+        self._next = 0
+        self.bell_r, self.bell_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.attached: dict[int, tuple[Segment, int]] = {}  # peer -> its segment, its bell
+        self.outbound: dict[int, tuple[Ring, int]] = {}            # enabled peers: ring, bell fd
+        self.outbound[rank] = (self.inbound[rank], self.bell_w)
+        self.watches: dict[int, int] = {}  # peer -> pidfd of its process (readable once it ends)
+
+    def offer(self) -> np.ndarray:
+        """(pid, segment fd, doorbell fd, token) for the peers, as u64 words."""
+        token = np.frombuffer(self.segment.token(), np.uint64)
+        return np.array([os.getpid(), self.segment.fd, self.bell_w, *token], np.uint64)
+
+    def attach(self, peer: int, offer) -> bool:
+        """Map ``peer``'s segment and open its doorbell from its ``offer``; False if not
+        possible (another user, a process that is gone, a token that does not match)."""
+        pid, seg_fd, bell_fd, *token = (int(v) for v in offer)
+        watch = watch_process(pid)  # before the token check: then it is the peer's process
+        opened = self._open_peer(pid, seg_fd, bell_fd, token)
+        if opened is None:
+            close_watch(watch)
+            return False
+        self.attached[peer] = opened
+        if watch is not None:
+            self.watches[peer] = watch
+        return True
+
+    def _open_peer(self, pid, seg_fd, bell_fd, token) -> tuple[Segment, int] | None:
+        """(segment, doorbell fd) of process ``pid``'s offer, or None (see :meth:`attach`)."""
+        try:
+            fd = open_peer_fd(pid, seg_fd, os.O_RDWR)
+        except OSError:
+            return None
+        try:
+            if os.fstat(fd).st_size != _PREFIX + self.size * _RING:
+                raise ValueError("a segment of another size")
+            segment = Segment(fd, self.size)
+        except (OSError, ValueError):
+            os.close(fd)
+            return None
+        if segment.token() != np.array(token, np.uint64).tobytes():
+            segment.close()
+            return None
+        try:
+            bell = open_peer_fd(pid, bell_fd, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            segment.close()
+            return None
+        return segment, bell
+
+    def gone(self, peer) -> bool:
+        """True when ``peer`` is a lane peer whose process has exited (however it ended)."""
+        watch = self.watches.get(peer)
+        if watch is None:
+            return False
+        poller = select.poll()
+        poller.register(watch, select.POLLIN)
+        return bool(poller.poll(0))
+
+    def enable(self, peer: int) -> None:
+        """Start writing to ``peer`` through our ring (number ``self.rank``) in its segment."""
+        segment, bell = self.attached[peer]
+        ring = segment.ring(self.rank)
+        ring.prefault()  # its owner never reads the data of an empty ring
+        self.outbound[peer] = (ring, bell)
+
+    # ---- sending ------------------------------------------------------------------------
+    def put(self, dest: int, head_bytes, payload=None) -> bool:
+        """Append a record (``head_bytes`` + ``payload`` bytes) for ``dest`` and ring its
+        doorbell if it sleeps; False (nothing written) when its ring has no room now."""
+        ring, bell = self.outbound[dest]
+        n = len(head_bytes) if payload is None else len(head_bytes) + len(payload)
+        if not ring.room(_align(_RECORD.size + n)):
+            return False
+        ring.write(head_bytes, payload, n)
+        fence()
+        if ring.words[_SLEEPING]:
+            ring_bell(bell)
+        return True
+
+    def ring_to(self, dest: int) -> Ring:
+        return self.outbound[dest][0]
+
+    # ---- receiving ----------------------------------------------------------------------
+    def take(self):
+        """(source, frame) of the next record of any inbound ring (round robin), or None."""
+        order, start = self._order, self._next
+        count = len(order)
+        for k in range(count):
+            source, ring = order[(start + k) % count]
+            frame = ring.take()
+            if frame is not None:
+                self._next = (start + k + 1) % count
+                if ring.writer_waits():
+                    ring.set_writer_waits(False)
+                    ring_bell(self.bell_of(source))
+                return source, frame
+        return None
+
+    def bell_of(self, peer: int) -> int:
+        return self.outbound[peer][1]
+
+    def going_to_sleep(self) -> None:
+        """Ask senders to ring (then take one last look before sleeping on the pipe)."""
+        self.segment.words[_SLEEPING] = 1
+        fence()
+
+    def woke_up(self) -> None:
+        """Senders need not ring any more; empty the pipe."""
+        self.segment.words[_SLEEPING] = 0
+        try:
+            while os.read(self.bell_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        """Unmap everything and close every descriptor."""
+        for segment, bell in self.attached.values():
+            segment.close()
+            os.close(bell)
+        self.attached.clear()
+        for watch in self.watches.values():
+            os.close(watch)
+        self.watches.clear()
+        self.outbound.clear()
+        self.inbound.clear()
+        self._order = []
+        self.segment.close()
+        os.close(self.bell_r)
+        os.close(self.bell_w)
+
+
+def watch_process(pid: int) -> int | None:
+    """A pidfd of process ``pid`` (Linux >= 5.3), or None where there is none: then a dead
+    peer is named by the timeout of the call that waits for it."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def close_watch(watch: int | None) -> None:
+    if watch is not None:
+        os.close(watch)
+
+
+def fence() -> None:
+    """A full memory fence: acquiring an uncontended lock runs a locked read-modify-write
+    instruction (x86 ``lock cmpxchg``/``lock xadd`` in the C library's semaphore), which no
+    load can pass. Costs ~0.2 us, a system call ~1 us. The lock is a fresh one each time:
+    a KeyboardInterrupt between acquiring and releasing a shared lock left it held, and
+    the engine's next fence (its next comm, after ``reset_comm``) waited forever."""
+    threading.Lock().acquire()
+
+
+def ring_bell(fd: int) -> None:
+    """Wake the owner of a doorbell (a full pipe already wakes it: nothing to add)."""
+    try:
+        os.write(fd, b"\0")
+    except BlockingIOError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+

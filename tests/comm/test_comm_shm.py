@@ -1,0 +1,370 @@
+"""Shared-memory lanes between ZmqComm ranks on one host (coursekit.comm.shm): every Comm
+guarantee holds on them, and they leave nothing behind however a rank ends."""
+
+import os
+import secrets
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from coursekit.comm import ANY_SOURCE, CommError, CommTimeout, shm, trace
+from coursekit.comm import zmq as czmq
+from coursekit.comm.procs import run_procs
+
+from spawned import two_ranks
+
+KEY = secrets.token_bytes(32)
+pytestmark = pytest.mark.skipif(not shm.supported(), reason="lanes need Linux on x86-64")
+
+
+def traffic(comm):
+    """Every size class (inline, through the ring, single copy), to itself and around a
+    ring, by send and sendrecv, more than a ring holds, and matching out of order."""
+    r, p = comm.rank, comm.size
+    right, left = (r + 1) % p, (r - 1) % p
+    checks = []
+    for n in (1, 1000, 5000, 100_000, 1 << 20):  # 8 B .. 8 MiB of float64
+        x = np.arange(n, dtype=np.float64) + 1000 * r
+        comm.send(x, r, tag=5)
+        checks.append(np.array_equal(comm.recv(r, tag=5), x))
+        y = comm.sendrecv(x, right, source=left)
+        checks.append(np.array_equal(y, np.arange(n) + 1000 * left))
+        for dest in range(p):  # every rank sends every other at once: nobody waits forever
+            if dest != r:
+                comm.send(x + dest, dest, tag=9)
+        for src in range(p):
+            if src != r:
+                checks.append(np.array_equal(comm.recv(src, tag=9), np.arange(n) + 1000 * src + r))
+    for i in range(4 * shm.CAPACITY // 800):  # 4 rings' worth of 800-byte messages, unread
+        comm.send(np.full(100, i, np.float64), right, tag=11)
+    checks.append(all(comm.recv(left, tag=11)[0] == i for i in range(4 * shm.CAPACITY // 800)))
+    for tag in (3, 2, 1):  # matched by tag, not by arrival
+        comm.send(np.array([tag, r]), right, tag=tag)
+    checks.append([comm.recv(left, tag=t).tolist() for t in (1, 2, 3)] ==
+                  [[t, left] for t in (1, 2, 3)])
+    comm.send(np.array([r]), right, tag=4)
+    checks.append(comm.recv(ANY_SOURCE, tag=4).tolist() == [left])
+    comm.barrier()
+    return sorted(comm.shared_memory_peers), checks
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_lanes_carry_every_size_and_match_by_source_and_tag(p):
+    for rank, (peers, checks) in enumerate(run_procs(traffic, p, timeout=60)):
+        assert peers == list(range(p)), (rank, peers)  # itself and every peer: all on lanes
+        assert checks and all(checks), (rank, checks)
+
+
+def test_lanes_can_be_switched_off_and_tcp_gives_the_same_results():
+    for rank, (peers, checks) in enumerate(run_procs(traffic, 2, timeout=60,
+                                                     shared_memory=False)):
+        assert peers == [] and all(checks), (rank, peers, checks)
+
+
+def traced(comm):
+    with trace.recording(comm) as messages:
+        comm.sendrecv(np.zeros(10), (comm.rank + 1) % comm.size, source=(comm.rank - 1) % comm.size)
+        comm.sendrecv(np.zeros(1 << 16), (comm.rank + 1) % comm.size,
+                      source=(comm.rank - 1) % comm.size)
+        return [(m.op, m.src, m.dst, m.nbytes) for m in messages()]
+
+
+def test_lanes_are_traced_like_every_transport():
+    got = run_procs(traced, 3, timeout=30)
+    for r, msgs in enumerate(got):
+        right, left = (r + 1) % 3, (r - 1) % 3
+        assert msgs == [("send", r, right, 80), ("recv", left, r, 80),
+                        ("send", r, right, 1 << 19), ("recv", left, r, 1 << 19)]
+
+
+def _silent_peer(comm, what):
+    """Rank 1 never answers; rank 0 waits for it (recv, or a sendrecv of a large array,
+    which waits for its receiver's copy) and reports the error and how long it waited."""
+    if comm.rank == 1:
+        time.sleep(2.5)
+        return None
+    comm.timeout = 0.8
+    t0 = time.monotonic()
+    try:
+        if what == "recv":
+            comm.recv(1, tag=6)
+        else:
+            comm.sendrecv(np.ones(1 << 17), 1, source=1, sendtag=6, recvtag=6)
+    except CommTimeout as exc:
+        return str(exc), time.monotonic() - t0, sorted(comm.shared_memory_peers)
+    return "no timeout", 0.0, []
+
+
+@pytest.mark.parametrize("what", ["recv", "sendrecv"])
+def test_a_wait_on_a_lane_times_out_naming_rank_peer_and_tag(what):
+    msg, waited, peers = run_procs(_silent_peer, 2, what, timeout=20)[0]
+    assert peers == [0, 1]
+    assert f"rank 0: {what}(" in msg and "timed out after 0.8 s waiting for rank 1 (tag 6)" in msg
+    assert 0.75 < waited < 2.4  # rank 1 answers nothing for 2.5 s
+
+
+def _interrupted(comm):
+    """SIGALRM raises KeyboardInterrupt in rank 0's lane wait: the comm is marked and
+    refuses further use."""
+    if comm.rank == 1:
+        time.sleep(1.5)
+        return None
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        comm.recv(1, tag=2)
+    except KeyboardInterrupt:
+        pass
+    try:
+        comm.send(np.ones(1), 1)
+    except CommError as exc:
+        return comm.interrupted, str(exc)
+    return comm.interrupted, "accepted"
+
+
+def test_an_interrupted_lane_wait_marks_the_comm():
+    interrupted, msg = run_procs(_interrupted, 2, timeout=20)[0]
+    assert interrupted == "recv(source=1, tag=2)"
+    assert "was interrupted in recv(source=1, tag=2)" in msg
+
+
+# ---- nothing left behind, nobody else's ------------------------------------------------------
+def _segment_rank(rank, up, down):
+    ep = czmq.bind()
+    up.put(("addr", rank, ep.address))
+    addresses, key = down.get(timeout=60)
+    comm = ep.connect(rank, addresses, key=key, timeout=30)
+    comm.sendrecv(np.ones(1 << 16), 1 - rank, source=1 - rank)  # the lanes are in use
+    lanes = comm._lanes
+    up.put(("lanes", rank, (lanes.name, lanes.segment.fd, lanes.bell_w,
+                            sorted(comm.shared_memory_peers))))
+    time.sleep(120)  # until the test kills it
+
+
+def _maps_naming(name: str) -> list:
+    """Every process that maps or holds open a file whose name contains ``name``."""
+    holders = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                if name in f.read():
+                    holders.append(int(pid))
+                    continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if name in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                    holders.append(int(pid))
+                    break
+        except OSError:
+            continue
+    return holders
+
+
+def _open_as_nobody(path: str, flags: int) -> str:
+    """Try to open ``path`` in a child process that dropped to user 'nobody'."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        code = 3
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            os.close(os.open(path, flags))
+            code = 0
+        except PermissionError:
+            code = 1
+        except OSError:
+            code = 2
+        finally:
+            os._exit(code)
+    return {0: "opened", 1: "permission denied", 2: "other error", 3: "could not drop"}[
+        os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])]
+
+
+@pytest.mark.slow  # two spawned processes
+def test_a_sigkilled_rank_leaves_no_segment_and_segments_are_the_owners_alone():
+    shm_before = set(os.listdir("/dev/shm"))
+    with two_ranks(_segment_rank, KEY) as (procs, up, _):
+        lanes = dict(up.get(timeout=60)[1:] for _ in range(2))
+        names = [lanes[r][0] for r in range(2)]
+        assert all(lanes[r][3] == [0, 1] for r in range(2)), lanes
+        # while they run: each segment is held by both ranks (the check below can fail)
+        for name in names:
+            assert sorted(_maps_naming(name)) == sorted(p.pid for p in procs), name
+        seg = f"/proc/{procs[0].pid}/fd/{lanes[0][1]}"
+        assert os.stat(seg).st_mode & 0o777 == 0o600
+        if os.getuid() == 0:  # another user can open neither the segment nor the doorbell
+            assert _open_as_nobody(seg, os.O_RDWR) == "permission denied"
+            assert _open_as_nobody(f"/proc/{procs[0].pid}/fd/{lanes[0][2]}",
+                                   os.O_WRONLY | os.O_NONBLOCK) == "permission denied"
+        for p in procs:
+            os.kill(p.pid, signal.SIGKILL)
+        for p in procs:
+            p.join(10)
+        for name in names:
+            assert _maps_naming(name) == [], name
+        # nothing named in /dev/shm either (other processes' semaphores come and go there)
+        assert not [e for e in set(os.listdir("/dev/shm")) - shm_before if "coursekit" in e]
+
+
+def test_a_record_that_claims_another_rank_is_refused():
+    eps = [czmq.bind() for _ in range(2)]
+    addrs = [e.address for e in eps]
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda r: eps[r].connect(r, addrs, key=KEY, timeout=2), range(2))
+    try:
+        assert a.shared_memory_peers == b.shared_memory_peers == {0, 1}
+        from coursekit.comm import frames
+        forged = frames.encode(np.ones(2), tag=1, source=1, inline=True)  # rank 1's, on 0's lane
+        assert a._lanes.put(1, forged)
+        with pytest.raises(CommError, match="rank 0's shared-memory lane: it claims rank 1"):
+            b.recv(tag=1)
+        a.send(np.ones(3), 1, tag=1)
+        np.testing.assert_array_equal(b.recv(0, tag=1), np.ones(3))
+    finally:
+        for comm in (a, b):
+            comm.close(linger=0)
+
+
+def test_close_unmaps_and_closes_every_descriptor():
+    eps = [czmq.bind() for _ in range(2)]
+    addrs = [e.address for e in eps]
+    before = len(os.listdir("/proc/self/fd"))
+    with ThreadPoolExecutor(2) as pool:
+        comms = list(pool.map(lambda r: eps[r].connect(r, addrs, key=KEY, timeout=2), range(2)))
+    names = [c._lanes.name for c in comms]
+    assert all(_maps_naming(n) == [os.getpid()] for n in names)
+    for c in comms:
+        c.close(linger=0)
+    assert all(_maps_naming(n) == [] for n in names)
+    assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def _busy_receiver(comm):
+    """Rank 1 computes (no comm call) for 1.5 s while rank 0 sends it three large arrays
+    by plain send: rank 0 must not wait for it (each send is taken back after the grace
+    and sent from rank 0's own copy), and rank 1 gets exactly what was sent, in order,
+    even though rank 0 overwrote its array after each send."""
+    n = 1 << 18  # 2 MiB of float64: above shm.RECORD_MAX, so by single copy
+    if comm.rank == 0:
+        x = np.zeros(n)
+        took = []
+        for i in range(3):
+            x[:] = i
+            t0 = time.monotonic()
+            comm.send(x, 1, tag=i)
+            took.append(time.monotonic() - t0)
+        x[:] = -1  # the sends returned: the array is ours again
+        staged = len(comm._staged)
+        comm.barrier()  # rank 1 has copied them all by now; their notices come before it
+        return took, (staged, len(comm._staged))
+    time.sleep(1.5)
+    got = [comm.recv(0, tag=i) for i in range(3)]
+    comm.barrier()
+    return [float(a.min()) for a in got] + [float(a.max()) for a in got]
+
+
+def _attentive_receiver(comm):
+    """Rank 1 waits in recv: rank 0's plain sends go by single copy (nothing staged)."""
+    n = 1 << 18
+    if comm.rank == 0:
+        for i in range(3):
+            comm.send(np.full(n, float(i)), 1, tag=i)
+        return len(comm._staged), comm._sent
+    return [float(comm.recv(0, tag=i).mean()) for i in range(3)]
+
+
+def test_a_plain_send_of_a_large_array_never_waits_for_a_busy_receiver():
+    (took, staged), got = run_procs(_busy_receiver, 2, timeout=30)
+    assert max(took) < 1.0, took  # well under the receiver's 1.5 s of compute
+    assert got == [0.0, 1.0, 2.0, 0.0, 1.0, 2.0]
+    assert staged == (3, 0)  # all three sent from its own copies, all copied by the barrier
+
+
+def test_a_plain_send_to_a_receiver_in_a_call_is_a_single_copy():
+    (staged, sent), got = run_procs(_attentive_receiver, 2, timeout=30)
+    assert got == [0.0, 1.0, 2.0]
+    assert staged == 0 and sent == 3  # three REMOTE notices, none taken back and re-sent
+
+
+def resident_bytes_of(name: str) -> int:
+    """Resident bytes of this process's mappings of the memfd ``name`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split(maxsplit=1)[0]:  # a mapping's first line: "start-end perms ..."
+                inside = f"memfd:{name}" in line
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def test_a_lane_is_mapped_in_before_the_first_message():
+    """Both mappings of a ring are faulted in when the lane is built, not by the first
+    megabyte of messages (page faults made them 200 us slower each)."""
+    owner, sender = shm.Lanes(0, 4, senders=[1]), shm.Lanes(1, 4, senders=[0])
+    try:
+        assert resident_bytes_of(owner.name) >= 2 * shm.CAPACITY  # its own ring and rank 1's
+        assert resident_bytes_of(sender.name) >= 2 * shm.CAPACITY
+        assert sender.attach(0, owner.offer())
+        before = resident_bytes_of(owner.name)  # two mappings of one memfd now
+        sender.enable(0)
+        assert resident_bytes_of(owner.name) >= before + shm.CAPACITY
+    finally:
+        owner.close()
+        sender.close()
+
+
+def test_spinning_goes_on_while_it_pays_and_probes_when_it_did_not():
+    spinner = shm.Spinner()
+    assert spinner.budget() == shm.SPIN_S
+    for _ in range(spinner.MAX_CREDIT):
+        spinner.slept(5e-3)  # the sender was busy for long: says nothing about cores
+    assert spinner.budget() == shm.SPIN_S
+    for _ in range(spinner.MAX_CREDIT):
+        spinner.slept(50e-6)  # the answer came right after the spin gave up the core
+    budgets = [spinner.budget() for _ in range(2 * spinner.PROBE)]
+    assert sorted(set(budgets)) == [0.0, spinner.PROBE_SPINS * shm.SPIN_S]
+    assert budgets.count(0.0) == 2 * spinner.PROBE - 2  # one probe in PROBE waits
+    spinner.found()  # a probe found its message: spin again
+    assert spinner.budget() == shm.SPIN_S
+
+
+def _outlived(comm, how):
+    """Rank 1 sends one message and ends (``how``); rank 0 then reads it, waits for more,
+    and fills the ring that rank 1 no longer reads."""
+    if comm.rank == 1:
+        comm.send(np.arange(3.0), 0, tag=1)
+        comm.recv(0, tag=0)  # rank 0 saw the lanes up: end now
+        if how == "SIGKILL":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+    assert comm.shared_memory_peers == {0, 1}
+    comm.send(np.zeros(1), 1, tag=0)
+    time.sleep(1.0)  # rank 1 is gone by now
+    got = comm.recv(1, tag=1).tolist()  # what it sent before it ended is not lost
+    errors = []
+    for wait in (lambda: comm.recv(1, tag=2),
+                 lambda: [comm.send(np.zeros(8000), 1, tag=3) for _ in range(40)]):  # > 1 MiB
+        t0 = time.monotonic()
+        with pytest.raises(CommTimeout) as caught:
+            wait()
+        errors.append((type(caught.value).__name__, str(caught.value), time.monotonic() - t0))
+    return got, errors
+
+
+@pytest.mark.slow  # two spawned processes
+@pytest.mark.parametrize("how", ["exit", "SIGKILL"])
+def test_a_lane_peer_that_ended_is_named_at_once_not_after_the_timeout(how):
+    got, errors = run_procs(_outlived, 2, how, timeout=60, may_die=(1,))[0]
+    assert got == [0.0, 1.0, 2.0]
+    (recv_kind, recv_error, recv_s), (send_kind, send_error, send_s) = errors
+    assert recv_kind == send_kind == "PeerGone"  # a CommTimeout, raised long before 60 s
+    gone = "stopped waiting for rank 1 ({}): its process has exited"
+    assert "rank 0: recv(source=1, tag=2) " + gone.format("tag 2") in recv_error
+    assert "rank 0: send(dest=1, tag=3) " + gone.format("tag 3") in send_error
+    assert recv_s < 5 * shm.PEER_CHECK_S and send_s < 5 * shm.PEER_CHECK_S, (recv_s, send_s)
