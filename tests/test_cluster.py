@@ -218,3 +218,12 @@ def test_ipcluster_list_shows_a_cluster_started_here(cluster2):
     listed = subprocess.run([ipcluster, "list"], capture_output=True, text=True, timeout=60)
     assert "Failed to load" not in listed.stderr, listed.stderr
     assert "ReapedEngineSet" in listed.stdout, listed.stdout
+
+
+@pytest.mark.parametrize("ids, hosts, ranks", [
+    ([0, 1, 2, 3], ["a", "b", "a", "b"], [0, 2, 1, 3]),  # interleaved registration
+    ([0, 1, 2, 3], ["b", "a", "a", "b"], [0, 3, 1, 2]),  # hosts keep their first engine's order
+    ([3, 5, 7], ["h", "h", "h"], [3, 5, 7]),  # one host: engine id order, as before
+])
+def test_each_hosts_engines_get_consecutive_ranks(ids, hosts, ranks):
+    assert cluster.ranks_in_blocks_by_host(ids, hosts) == ranks

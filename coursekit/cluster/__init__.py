@@ -170,6 +170,20 @@ def _probe_engine() -> tuple[int | None, str]:
     return (world.Get_rank() if world.Get_size() > 1 else None), host
 
 
+def ranks_in_blocks_by_host(engine_ids: list[int], hosts: list[str]) -> list[int]:
+    """Engine ids in rank order: each host's engines get consecutive ranks (block placement,
+    as Slurm and torchrun number them: rank = node_rank * local_size + local_rank).
+
+    Engines of several hosts register in whatever order their hosts start them; numbered by
+    engine id, hosts A and B could become ranks A B A B, and a ring over p ranks on m hosts
+    would cross hosts on all p links instead of m. Hosts keep the order of their first
+    engine, and a host's engines the order of their ids.
+    """
+    first_seen = {host: i for i, host in reversed(list(enumerate(hosts)))}
+    order = sorted(range(len(engine_ids)), key=lambda i: (first_seen[hosts[i]], engine_ids[i]))
+    return [engine_ids[i] for i in order]
+
+
 INTERRUPT_GRACE_S = 10.0
 """Seconds interrupted engines get to return before the KeyboardInterrupt goes on."""
 
@@ -208,13 +222,16 @@ class CourseCluster:
         return self.ipp_cluster is not None
 
     def _assign_ranks(self) -> tuple[list[int], bool, list[str]]:
-        """Engine ids in rank order (MPI rank order for MPI engines), and their hosts."""
+        """Engine ids in rank order (MPI rank order for MPI engines, else blocks by host),
+        and their hosts."""
         ids = sorted(self.client.ids)
         mpi_ranks, hosts = zip(*self.client.direct_view(targets=ids).apply_sync(_probe_engine))
         host_of = dict(zip(ids, hosts))
         mpi = all(r is not None for r in mpi_ranks) and sorted(mpi_ranks) == list(range(len(ids)))
         if mpi:
             ids = [eid for _, eid in sorted(zip(mpi_ranks, ids))]
+        else:
+            ids = ranks_in_blocks_by_host(ids, hosts)
         return list(ids), mpi, [host_of[eid] for eid in ids]
 
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
