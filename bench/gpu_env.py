@@ -12,8 +12,10 @@ fresh ``.venv`` (``make test-gpu`` without GPU_PYTHON), this script:
    only the notebooks, widgets and JupyterLab need (:data:`NOT_FOR_THE_GPU_RUN`), the test
    extra's pytest, pytest-timeout and hypothesis, and the ``gpu`` extra's two packages,
    where any CuPy build counts as CuPy (``cupy-cuda12x`` or ``cupy-cuda13x``: two at once
-   break it) and numba-cuda is needed only with a Numba whose built-in CUDA target is
-   deprecated (0.61 and newer);
+   break it), numba-cuda is needed only with a Numba whose built-in CUDA target is
+   deprecated (0.61 and newer), and the extra's NumPy cap (there for Numba) is kept only
+   where the Numba there refuses its NumPy (an image with a newer Numba and NumPy, which
+   it supports, is not downgraded: offline, no older NumPy may even be at hand);
 3. installs the ones that are missing or too old with one ``pip install``, which pulls
    their own dependencies. pip reads PIP_NO_INDEX / PIP_FIND_LINKS from the environment,
    so ``PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/.whl`` installs from carried wheels alone
@@ -80,6 +82,12 @@ def needs_numba_cuda() -> bool:
     return numba is None or _version_tuple(numba) >= (0, 61)
 
 
+def numba_imports() -> bool:
+    """Whether this Python's Numba imports, i.e. accepts the NumPy installed beside it (Numba
+    checks NumPy's version on import and refuses one it does not support)."""
+    return subprocess.run([sys.executable, "-c", "import numba"], capture_output=True).returncode == 0
+
+
 def missing(extra: str = "gpu", pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
     """The requirements the GPU run needs and this Python lacks, as pip arguments."""
     project = tomllib.loads(pyproject.read_text())["project"]
@@ -97,6 +105,9 @@ def missing(extra: str = "gpu", pyproject: Path = ROOT / "pyproject.toml") -> li
                 out.append(r)
         elif name == "numba-cuda":
             if needs_numba_cuda():
+                out.append(r)
+        elif name == "numpy":  # the cap is Numba's: a NumPy that the Numba there accepts stays
+            if not satisfied(r) and not numba_imports():
                 out.append(r)
         elif not satisfied(r):
             out.append(r)

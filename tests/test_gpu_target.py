@@ -206,6 +206,21 @@ def test_the_gpu_python_gets_only_what_it_lacks(tmp_path, capsys):
     assert gpu_env.satisfied("numpy<999") and not gpu_env.satisfied("numpy<1.0")
 
 
+def test_the_numpy_cap_downgrades_only_a_numpy_that_numba_refuses(tmp_path, monkeypatch):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(textwrap.dedent("""\
+        [project]
+        dependencies = []
+        [project.optional-dependencies]
+        test = []
+        gpu = ["numpy<1.0"]
+        """))
+    assert gpu_env.numba_imports()  # this venv's Numba accepts its NumPy
+    assert gpu_env.missing("gpu", pyproject) == []
+    monkeypatch.setattr(gpu_env, "numba_imports", lambda: False)
+    assert gpu_env.missing("gpu", pyproject) == ["numpy<1.0"]
+
+
 def test_gpu_env_installs_coursekit_without_its_dependencies_first(capsys):
     assert gpu_env.main(["--dry-run"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("+ ")]
