@@ -106,13 +106,13 @@ def pingpong_times(comm, sizes=SIZES, repeats: int = 5, a: int = 0, b: int = 1):
     peer = b if comm.rank == a else a
     _settle(comm, peer, peer)
 
-    def round_trip(buf, _):
+    def round_trip(send, recv):  # as osu_latency: a sends, b echoes what it received
         if comm.rank == a:
-            comm.send(buf, peer, _TAG)
-            comm.recv(peer, _TAG, out=buf)
+            comm.send(send, peer, _TAG)
+            comm.recv(peer, _TAG, out=recv)
         else:
-            comm.recv(peer, _TAG, out=buf)
-            comm.send(buf, peer, _TAG)
+            comm.recv(peer, _TAG, out=recv)
+            comm.send(recv, peer, _TAG)
 
     out = np.median(_rounds(round_trip, sizes, repeats), axis=0) / 2
     return out if comm.rank == a else None
