@@ -83,8 +83,17 @@ def run_nbgrader(course: Path, env: dict, *args: str) -> str:
     """Run the nbgrader command in ``course``; its output (stdout and stderr)."""
     result = subprocess.run([str(NBGRADER_VENV / "bin" / "nbgrader"), *args], cwd=course, env=env,
                             capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0 and "| ERROR]" not in result.stderr, result.stderr[-5000:]
+    assert result.returncode == 0 and "| ERROR]" not in result.stderr, _what_went_wrong(result.stderr)
     return result.stdout + result.stderr
+
+
+def _what_went_wrong(stderr: str) -> str:
+    """nbgrader's log from its first traceback or error on (the cause), and its end."""
+    starts = [i for i in (stderr.find("Traceback"), stderr.find("| ERROR]")) if i >= 0]
+    if not starts:
+        return stderr[-5000:]
+    cause = stderr[min(starts):][:6000]
+    return cause if len(cause) >= len(stderr) - min(starts) else f"{cause}\n...\n{stderr[-1500:]}"
 
 
 def read_csv(path: Path) -> list[dict]:
