@@ -1,6 +1,7 @@
 """coursekit.cluster on real local ipyparallel clusters (and its errors without one)."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -227,3 +228,25 @@ def test_ipcluster_list_shows_a_cluster_started_here(cluster2):
 ])
 def test_each_hosts_engines_get_consecutive_ranks(ids, hosts, ranks):
     assert cluster.ranks_in_blocks_by_host(ids, hosts) == ranks
+
+
+@pytest.mark.cluster
+def test_an_engine_stalled_for_seconds_stays_and_a_killed_one_is_dropped_at_once():
+    with cluster.start(n=2) as c:
+        pids = c.run(os.getpid)
+        os.kill(pids[0], signal.SIGSTOP)  # the whole process stalls, heart thread included
+        time.sleep(2.5)  # 25 missed beats of 100 ms: dropped as dead before
+        os.kill(pids[0], signal.SIGCONT)
+        time.sleep(1.0)
+        assert sorted(c.client.ids) == sorted(c.engine_ids)
+        assert c.run(os.getpid) == pids
+        os.kill(pids[1], signal.SIGKILL)  # its nanny tells the controller, no heartbeat needed
+        deadline = time.monotonic() + 5.0
+        while len(c.client.ids) == 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert c.client.ids == [c.engine_ids[0]]
+
+
+def test_the_controller_allows_ipyparallels_30_s_without_a_heartbeat():
+    assert cluster.heart_misses(100) == 300 and cluster.heart_misses(3000) == 10
+    assert cluster.heart_misses(10_000) == 10  # never fewer misses than ipyparallel's

@@ -2,7 +2,9 @@
 
 A student's notebook calls ``start(n=4)``: a controller on loopback and ``n``
 local engines, ready in about two seconds (the controller's heartbeat period is
-lowered from 3 s to 100 ms; with the default it takes ~6.7 s here). An
+lowered from 3 s to 100 ms; with the default it takes ~6.7 s here; the number of missed
+beats after which it drops an engine is raised to match, so an engine still has
+:data:`HEART_FAILURE_S` to answer, as with ipyparallel's defaults). An
 instructor sets one environment variable, ``COURSEKIT_CLUSTER``, and the same
 ``start()`` call attaches to the running cluster instead (see :func:`connect`).
 
@@ -22,6 +24,7 @@ oversubscribe the cores and make timings noisy.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -182,6 +185,20 @@ def ranks_in_blocks_by_host(engine_ids: list[int], hosts: list[str]) -> list[int
     first_seen = {host: i for i, host in reversed(list(enumerate(hosts)))}
     order = sorted(range(len(engine_ids)), key=lambda i: (first_seen[hosts[i]], engine_ids[i]))
     return [engine_ids[i] for i in order]
+
+
+HEART_FAILURE_S = 30.0
+"""Seconds an engine may go without answering the controller's heartbeat before the
+controller drops it as dead: ipyparallel's own (10 missed beats of 3 s). A process that
+exits is reported at once by its nanny; the heartbeat is for an engine that hangs or a host
+that vanishes. With 100 ms beats and ipyparallel's 10 misses the limit was 1 s, and an engine
+stalled that long on a loaded machine (a laptop swapping, CI's 2 CPUs) was dropped for good."""
+
+
+def heart_misses(heartbeat_ms: int) -> int:
+    """Missed beats of ``heartbeat_ms`` the controller allows: HEART_FAILURE_S of them, and
+    never fewer than ipyparallel's 10."""
+    return max(10, math.ceil(HEART_FAILURE_S * 1000 / heartbeat_ms))
 
 
 INTERRUPT_GRACE_S = 10.0
@@ -379,7 +396,8 @@ def start(
         n=n,
         profile=profile or "default",
         controller_ip=ip,
-        controller_args=[f"--HeartMonitor.period={heartbeat_ms}"],
+        controller_args=[f"--HeartMonitor.period={heartbeat_ms}",
+                         f"--HeartMonitor.max_heartmonitor_misses={heart_misses(heartbeat_ms)}"],
         controller_launcher_class=launchers.ReapedController,
         engine_launcher_class=launchers.ENGINE_LAUNCHERS[engines],
         engine_timeout=int(timeout),
