@@ -44,6 +44,25 @@ def test_render_and_parse_back():
     compile(config, "ipcluster_config.py", "exec")  # valid Python
 
 
+def _controller_settings(config: str) -> dict:
+    """The ``--Class.trait=value`` arguments a rendered ipcluster_config.py gives the controller."""
+    from traitlets.config import Config
+    c = Config()
+    exec(config, {"get_config": lambda: c})
+    return dict(arg[2:].split("=", 1) for arg in c.Cluster.controller_args)
+
+
+def test_the_profiles_controller_drops_an_engine_only_after_the_course_s_heart_failure_time(tmp_path):
+    from coursekit.cluster import HEART_FAILURE_S
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "mpiexec").touch()  # the MPI profile only names the venv's mpiexec
+    for config in (render_slurm(spec())["ipcluster_config.py"],
+                   render_mpi(2, "/shared/ipython", venv=str(tmp_path))["ipcluster_config.py"]):
+        args = _controller_settings(config)
+        beat_s = int(args["HeartMonitor.period"]) / 1000
+        assert beat_s * int(args["HeartMonitor.max_heartmonitor_misses"]) >= HEART_FAILURE_S
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(partition=""), "partition \\(queue\\) name is missing"),
     (dict(partition="gpx", partitions=parse_sinfo(SINFO)), "does not exist.*available"),

@@ -66,7 +66,8 @@ class TwoHosts:
             self._network()
             self._start(self.prefix + [str(Path(sys.executable).parent / "ipcontroller"),
                                        "--profile=twohosts", f"--ip={self.addresses['hostA']}",
-                                       "--HeartMonitor.period=1000", "--log-level=40"],
+                                       "--HeartMonitor.period=1000", "--HeartMonitor.max_heartmonitor_misses=30",
+                                       "--log-level=40"],
                         "controller")
             engine_file = self.profile_dir / "security" / "ipcontroller-engine.json"
             self._wait(lambda: engine_file.is_file() and self.client_file.is_file(),
