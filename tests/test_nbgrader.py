@@ -162,6 +162,22 @@ def test_nbgrader_gives_full_marks_zero_and_one_point_less(graded):
 
 @pytest.mark.slow
 @pytest.mark.cluster
+def test_nbgrader_reads_the_course_config(graded):
+    """nbgrader's own Execute, configured by the course's nbgrader_config.py: 300 s a cell and
+    a minute for a cell's last output (after nbgrader's 4 s default it fails the whole
+    submission; a blank 01_chain_rule was lost so in CI, on a loaded 2-CPU machine)."""
+    read_back = subprocess.run(
+        [str(NBGRADER_VENV / "bin" / "python"), "-c",
+         "import sys; from traitlets.config import PyFileConfigLoader; "
+         "from nbgrader.preprocessors import Execute; "
+         "e = Execute(config=PyFileConfigLoader('nbgrader_config.py', sys.argv[1]).load_config()); "
+         "print(e.timeout, e.iopub_timeout, e.raise_on_iopub_timeout)", str(graded.course)],
+        capture_output=True, text=True, timeout=120)
+    assert read_back.stdout.split() == ["300", "60", "True"], read_back.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_the_course_gradebook_gives_the_same_points(graded):
     assert graded.course_points == graded.nbgrader_points
 
@@ -226,13 +242,4 @@ def test_release_nbgrader_writes_an_assignment_per_exercise_and_the_config(tmp_p
         f"source/{name}/{name}.ipynb" for name in EXERCISES]
     assert (course / "source" / EXERCISES[0] / f"{EXERCISES[0]}.ipynb").read_bytes() == \
         release.solutions()[0].read_bytes()
-    # nbgrader's own Execute reads them: 300 s a cell, a minute for a cell's last output (it
-    # fails the whole submission after 4 s by default, seen on CI's loaded 2 CPUs)
-    read_back = subprocess.run(
-        [str(NBGRADER_VENV / "bin" / "python"), "-c",
-         "import sys; from traitlets.config import PyFileConfigLoader; "
-         "from nbgrader.preprocessors import Execute; "
-         "e = Execute(config=PyFileConfigLoader('nbgrader_config.py', sys.argv[1]).load_config()); "
-         "print(e.timeout, e.iopub_timeout, e.raise_on_iopub_timeout)", str(course)],
-        capture_output=True, text=True, timeout=120)
-    assert read_back.stdout.split() == ["300", "60", "True"], read_back.stderr
+    assert "c.Execute.timeout = 300" in (course / "nbgrader_config.py").read_text()
