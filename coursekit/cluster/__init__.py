@@ -13,7 +13,8 @@ them, and every process they start, when the kernel dies without stopping the
 cluster, even by SIGKILL (see :mod:`coursekit.cluster.reaper`).
 
 Every engine learns its ``rank`` (0 .. size-1, the MPI rank when the engines
-are MPI processes, else the order of engine ids) and ``size``; on the engine,
+are MPI processes, else each host's engines in a block of consecutive ranks, in engine-id
+order: :func:`ranks_in_blocks_by_host`) and ``size``; on the engine,
 :func:`this_engine` returns them and the names ``rank`` and ``size`` are set in
 its namespace for ``%px`` cells.
 
