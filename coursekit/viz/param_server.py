@@ -16,10 +16,20 @@ from .bars import stacked_bars
 from .style import color, integer_ticks, legend_outside
 from .timeline import plot_timeline
 
-__all__ = ["LIVE_MIN_SPAN_S", "label", "plot_live", "plot_runs", "plot_worker_timeline"]
+__all__ = ["MIN_TIME_SPAN_S", "label", "plot_live", "plot_runs", "plot_worker_timeline"]
 
-LIVE_MIN_SPAN_S = 0.05
-"""The live plot's time axis is never narrower than this (s)."""
+MIN_TIME_SPAN_S = 0.05
+"""The wall-clock axes (live and finished runs) are never narrower than this (s)."""
+
+
+def _time_axis(ax, latest: float) -> None:
+    """Wall-clock x axis from 0 to ``latest`` (s), never narrower than MIN_TIME_SPAN_S, with
+    at most 6 ticks at steps of 1, 2 or 5 times a power of ten: automatic limits and ticks
+    put a dozen 7-digit labels on top of each other for a first update at ~0.6 ms, and eight
+    0.0025 s steps ('0.0000', '0.0025', ...) on a run of 0.02 s."""
+    from matplotlib.ticker import MaxNLocator
+    ax.set_xlim(0, max(1.05 * latest, MIN_TIME_SPAN_S))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 5, 10]))
 
 
 def label(config, topology) -> str:
@@ -47,10 +57,8 @@ def plot_live(data: list[dict], title: str = "", fig: Figure | None = None) -> F
         if d.get("t"):
             ax.plot(d["t"], d["accuracy"], ".-", ms=3, label=f"worker {d['worker']}")
             latest = max(latest, max(d["t"]))
-    # from 0, and never narrower than LIVE_MIN_SPAN_S: the first update has one point at
-    # ~0.6 ms, whose automatic limits give a dozen 7-digit tick labels on top of each other
-    ax.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1), title=title,
-           xlim=(0, max(1.05 * latest, LIVE_MIN_SPAN_S)))
+    ax.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1), title=title)
+    _time_axis(ax, latest)
     if ax.lines:
         legend_outside(ax)
     return fig
@@ -64,11 +72,14 @@ def plot_runs(results: list, fig: Figure | None = None) -> Figure:
     """
     fig = fig or Figure(figsize=(10, 5), layout="constrained")
     (ax_t, ax_u), (ax_s, ax_w) = fig.subplots(2, 2)
+    latest = 0.0
     for r in results:
         t, applied, acc = r.curve()
         ax_t.plot(t, acc, ".-", ms=3, label=label(r.config, r.topology))
         ax_u.plot(applied, acc, ".-", ms=3, label=label(r.config, r.topology))
+        latest = max(latest, t.max(initial=0.0))
     ax_t.set(xlabel="wall-clock time [s]", ylabel="test accuracy", ylim=(0, 1))
+    _time_axis(ax_t, latest)
     ax_u.set(xlabel="mini-batch gradients applied", ylabel="test accuracy", ylim=(0, 1))
     # one legend for both top plots, above them: the runs' labels are long
     fig.legend(*ax_t.get_legend_handles_labels(), loc="outside upper center",

@@ -1,6 +1,7 @@
 """Chapter 4's pictures: the live accuracy curves and the comparison of finished runs."""
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -27,3 +28,13 @@ def test_plots_show_every_run_and_a_lost_worker():
     timeline = plot_worker_timeline(result)
     assert [t.get_text() for t in timeline.axes[0].get_yticklabels()] == [
         "worker 0", "worker 1", "worker 2"]
+
+
+def test_runs_of_any_length_read_well():
+    # CI's panel test: a run whose curve ended near 0.02 s drew eight colliding 6-digit time
+    # ticks ('0.0000', '0.0025', ...) from the automatic limits
+    result = train(LocalRunner(3), PSConfig(steps=30, eval_every=5, worker_timeout=2.0))
+    t, applied, accuracy = result.curve()
+    for span in [0.0195, *np.geomspace(1e-4, 100, 13)]:
+        result.curve = lambda span=span: (t / t.max() * span, applied, accuracy)
+        assert figure_problems(plot_runs([result])) == [], span
