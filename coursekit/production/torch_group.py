@@ -12,7 +12,8 @@ interface while the group is made), never an interface the course does not use. 
 backend is gloo on CPU and NCCL when every rank sees a GPU (``backend="auto"``); each
 NCCL rank uses GPU ``local_rank % device_count``. Leaving the block destroys the group,
 so none outlives the experiment that made it (a group an interrupted run left behind is
-destroyed before a new one starts). Collectives that wait longer than the comm's timeout
+destroyed before a new one starts), and frees it on the thread that leaves the block
+(:func:`free_on_this_thread`). Collectives that wait longer than the comm's timeout
 raise (gloo's timeout is set to it).
 """
 
@@ -23,6 +24,8 @@ import datetime
 import gc
 import os
 import socket
+import sys
+import time
 
 import numpy as np
 
@@ -158,6 +161,44 @@ def environment(**values: str):
                 os.environ[key] = value
 
 
+#: Seconds the end of a block waits for torch's threads to drop their references to the group.
+GROUP_RELEASE_WAIT_S = 0.25
+KEPT_GROUPS: list = []
+"""Groups something else still held when their block ended: kept for the life of the
+process, so that no thread but the interpreter's own at exit ever frees them."""
+
+
+def free_on_this_thread(box: list, *, wait_s: float = GROUP_RELEASE_WAIT_S) -> bool:
+    """Free the object in ``box`` (a one-item list holding the caller's only reference) on
+    the calling thread; True when it was freed here.
+
+    A comm hook's Python callbacks (``powerSGD_hook``'s ``Future.then``) run on gloo's
+    worker threads and drop their references to the group a moment after the collective
+    has returned, once they get the GIL. If theirs is the last one, the group's destructor
+    runs on that worker thread and joins it: the process aborts with "Resource deadlock
+    avoided". So this waits, sleeping (the GIL released), until its own reference is the
+    only one; one still held elsewhere after ``wait_s`` seconds (torch's C++ side keeps
+    some groups) goes to :data:`KEPT_GROUPS` instead, and False is returned."""
+    obj = box.pop()
+    deadline = time.monotonic() + wait_s
+    while sys.getrefcount(obj) > 2:  # ``obj`` here, and getrefcount's own argument
+        if time.monotonic() >= deadline:
+            KEPT_GROUPS.append(obj)
+            return False
+        time.sleep(0.001)
+    del obj  # the last reference: the destructor runs here, on the calling thread
+    return True
+
+
+def destroy_default_group() -> bool:
+    """``torch.distributed.destroy_process_group()``, then free the group on this thread
+    (:func:`free_on_this_thread`; True when it was freed here, False when kept)."""
+    dist = import_torch().distributed
+    box = [dist.group.WORLD]
+    dist.destroy_process_group()
+    return free_on_this_thread(box)
+
+
 @contextlib.contextmanager
 def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
     """The default torch.distributed group on ``comm``'s ranks while the block runs.
@@ -166,6 +207,7 @@ def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
     comm's, at least :data:`GROUP_TIMEOUT_S`) bounds the rendezvous and every collective.
     Before the group is destroyed, the garbage collector frees what the block built: a DDP
     object that outlives its group can hang rank 0 in its destructor (seen here, 1 run in 30).
+    The group itself is freed on the thread that leaves the block (:func:`destroy_default_group`).
     """
     torch = import_torch()
     dist = torch.distributed
@@ -175,7 +217,7 @@ def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
         timeout = checks.real(timeout, "timeout", above=0, hint=" (seconds)")
     backend = choose_backend(comm, backend)
     if dist.is_initialized():  # left by a run that was interrupted inside its block
-        dist.destroy_process_group()
+        destroy_default_group()
     limit = datetime.timedelta(seconds=timeout)
     own = host = own_address(comm)
     if comm.rank == 0:
@@ -196,4 +238,4 @@ def process_group(comm, backend: str = "auto", *, timeout: float | None = None):
         yield dist.group.WORLD
     finally:
         gc.collect()
-        dist.destroy_process_group()
+        destroy_default_group()

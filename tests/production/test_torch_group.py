@@ -1,5 +1,8 @@
 """torch.distributed's process group on the ranks of a course Comm (coursekit.production.torch_group)."""
 
+import threading
+import time
+
 import pytest
 from ipyparallel import interactive  # ship the engine functions by value
 
@@ -75,6 +78,94 @@ def _only_rank_0_joins(comm):
 def test_a_rank_that_never_joins_is_an_error_not_a_hang(cluster2):
     with pytest.raises(RankFailure, match="rank 0"):
         engines(cluster2).run(_only_rank_0_joins, timeout=60)
+
+
+@interactive
+def _callback_holds_the_group(comm, hold_s):
+    """Rank 0's allreduce future gets a Python callback (as a comm hook's ``Future.then``)
+    that holds the group and returns ``hold_s`` seconds after the collective, so a gloo
+    worker thread drops that reference after the block has ended (rank 1 joins late: the
+    callback is attached before the future completes). Returns how many groups the block
+    left in KEPT_GROUPS."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from coursekit.production import torch_group
+
+    def holding(group):
+        def late(future):
+            time.sleep(hold_s)
+            return group is not None
+        return late
+
+    kept = len(torch_group.KEPT_GROUPS)
+    with torch_group.process_group(comm):
+        if comm.rank == 1:
+            time.sleep(0.3)
+        future = dist.all_reduce(torch.ones(4), async_op=True).get_future()
+        future.then(holding(dist.group.WORLD))
+        future.wait()  # returns once the allreduce is done, while the callback still runs
+    time.sleep(hold_s + 0.2)  # by now the callback has dropped its reference
+    return len(torch_group.KEPT_GROUPS) - kept
+
+
+@pytest.mark.cluster
+def test_a_group_a_gloo_thread_still_holds_is_never_freed_on_that_thread(cluster2):
+    """Freed there, the group's destructor joins its own thread and the engine aborts
+    ("Resource deadlock avoided": seen in CI with powerSGD_hook; here with plain
+    destroy_process_group, every run)."""
+    runner = engines(cluster2)
+    short = torch_group.GROUP_RELEASE_WAIT_S / 5
+    assert runner.run(_callback_holds_the_group, short) == [0, 0]  # waited for, freed here
+    kept = runner.run(_callback_holds_the_group, torch_group.GROUP_RELEASE_WAIT_S + 0.5)
+    assert kept[0] == 1  # still held when the wait ran out: kept, not freed on gloo's thread
+    assert [facts[3] for facts, _, _ in runner.run(_group_facts)] == [3.0, 3.0]
+
+
+class _Tracked:
+    """Records which thread frees it."""
+
+    def __init__(self, freed_on: list):
+        self.freed_on = freed_on
+
+    def __del__(self):
+        self.freed_on.append(threading.get_ident())
+
+
+def _hold_in_a_thread(obj, seconds: float) -> threading.Thread:
+    """A thread that holds ``obj`` for ``seconds`` and then drops it."""
+    held = [obj]
+
+    def hold():
+        time.sleep(seconds)
+        held.clear()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    return thread
+
+
+def test_an_object_another_thread_drops_late_is_freed_by_the_caller():
+    freed_on = []
+    box = [_Tracked(freed_on)]
+    thread = _hold_in_a_thread(box[0], 0.05)
+    assert torch_group.free_on_this_thread(box, wait_s=5.0)
+    thread.join()
+    assert freed_on == [threading.get_ident()] and box == []
+
+
+def test_an_object_held_past_the_wait_is_kept_never_freed_by_the_late_thread():
+    freed_on = []
+    box = [_Tracked(freed_on)]
+    thread = _hold_in_a_thread(box[0], 0.3)
+    assert not torch_group.free_on_this_thread(box, wait_s=0.05)
+    thread.join()
+    assert freed_on == []  # the late thread let go, the kept reference did not
+    kept = torch_group.KEPT_GROUPS.pop()
+    assert isinstance(kept, _Tracked)
+    del kept
+    assert freed_on == [threading.get_ident()]
 
 
 def test_loopback_is_an_interface_of_this_host_and_an_unknown_address_is_refused():
