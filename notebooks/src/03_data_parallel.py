@@ -299,15 +299,19 @@ print(f"slope {follows:.2f} ms of step per ms of straggler compute; the others' 
 # its median can move by several ms between runs on 2 shared cores: printed below), so the
 # cells compare the exposed communication instead. Sent after the backward, the 2.25 MB
 # gradient goes as $b = 3$ allreduces per step instead of 1 (counted from the runs'
-# spans); the bytes are the same, so by the model the buckets cost $(b-1)\cdot
-# 2(p-1)\alpha$ more, with $\alpha$ of the busy link of these $p = 2$ engines (fitted
-# below): up to about a millisecond on the local cluster, depending on how busy its two
-# cores are, a tenth of that on MPI engines (checked: positive and below 5 ms). The measured extra is at most of that order, not a
-# hundred times it: the check allows up to 20 times the model, and never less than 4 ms
-# (20 times 0.2 ms), the noise of two medians on 2 shared cores. It is a
-# difference of two noisy medians: on a busy machine, where each collective also waits for
-# its peer to be scheduled, it has come out anywhere from below zero to a few times the
-# model's (the printout gives it). Overlap does start the first buckets' allreduces while
+# spans); the bytes are the same (counted from the traces: each rank sends
+# $2(p-1)/p \cdot n = n$ bytes per step in all three runs), so by the model the buckets
+# cost $(b-1)\cdot 2(p-1)\alpha$ more, with $\alpha$ of the busy link of these $p = 2$
+# engines (fitted below): up to about a millisecond on the local cluster, depending on how
+# busy its two cores are, a tenth of that on MPI engines (checked: positive and below
+# 5 ms). The measured extra is a difference of two noisy medians. On an idle machine it
+# has come out from below zero to about 8 times the model's; on 2 cores that also run
+# other work (two busy processes beside the engines, or the browser of our UI test) it was
+# 16 to 29 times: there every message of every collective waits for its peer to be
+# scheduled, a time slice rather than $\alpha$ (the fitted $\alpha$ is a median of many
+# round trips, which hides those stalls). So the check allows up to 50 times the model and
+# never less than 10 ms (50 times 0.2 ms): of the order of the latency terms, not of a
+# hundred of them (the printout gives the ratio). Overlap does start the first buckets' allreduces while
 # the backward still runs (checked on at least one rank: on a loaded machine a rank's
 # reducer thread may be scheduled only after its backward ended, as in one of our runs,
 # 40 µs late on one rank and 3 ms early on the other); whether that shortens the step depends
@@ -365,15 +369,17 @@ assert collectives_per_step(one) == [1, 1], collectives_per_step(one)
 assert collectives_per_step(after) == collectives_per_step(overlapped) == [b, b]
 assert np.isclose(model_extra, (b - 1) * 2 * (2 - 1) * pair_link.alpha)
 assert 0 < model_extra < 5e-3, model_extra  # (b - 1) = 2 collectives of 2 alpha
-# MPI's busy pair alpha can be ~30 us (model 0.11 ms): the bound never drops below 4 ms
-assert measured_extra <= 20 * max(model_extra, 0.2e-3), (measured_extra, model_extra)
+# the same bytes: 2(p-1)/p n = n per rank and step for p = 2, in all three runs (traced)
+assert all(np.array_equal(r.bytes_sent(), [grad_bytes] * 2) for r in (one, after, overlapped))
+# MPI's busy pair alpha can be ~30 us (model 0.11 ms): the bound never drops below 10 ms
+assert measured_extra <= 50 * max(model_extra, 0.2e-3), (measured_extra, model_extra)
 started = lambda r: [(min(c.start for c in cs), max(x.end for x in bs))  # noqa: E731
                      for cs, bs in zip(per_rank(r, "comm"), per_rank(r, "backward"))]
 assert any(first < last for first, last in started(overlapped)), started(overlapped)
 assert all(first >= last for first, last in started(after)), started(after)
-print(f"PASS: buckets after the backward make {b} allreduces per step instead of 1; their extra "
-      f"exposed communication is at most 20x the model's (b-1)·2(p-1)·alpha (or 4 ms); overlapped, the "
-      f"first allreduce starts before the backward ends (on at least one rank)")
+print(f"PASS: buckets after the backward make {b} allreduces per step instead of 1 and send the "
+      f"same bytes; their extra exposed communication is at most 50x the model's (b-1)·2(p-1)·alpha "
+      f"(or 10 ms); overlapped, the first allreduce starts before the backward ends (on at least one rank)")
 
 # %% tags=["nbval-ignore-output"]
 for title, r in bucket_runs.items():
