@@ -28,7 +28,7 @@ from hypothesis import given, settings, strategies as st
 
 import coursekit
 from coursekit import collectives as C, costmodel
-from coursekit.collectives.timing import TimingConfig, measure_and_predict
+from coursekit.collectives.timing import TimingConfig, compare_algorithms, measure_and_predict
 from coursekit.comm import run_local
 from coursekit.data import load_digits, make_classification, make_regression, minibatches, shard
 from coursekit.nn import LARS, MLP, SGD, Momentum, gradcheck, train
@@ -63,7 +63,7 @@ from coursekit.memory import measure_mlp
 from coursekit.nn import mixed_precision_demos, speed
 from coursekit.nn.experiment import train_digits
 from coursekit.sim.validate import measure_and_simulate
-from coursekit.collectives.timing import time_collective
+from coursekit.collectives.timing import time_algorithms, time_collective
 from coursekit.parallel.zero import train_zero
 
 PACKAGE = Path(coursekit.__file__).resolve().parent
@@ -354,6 +354,18 @@ CHAPTER_2 = [
         names="workers=5", allowed="has 4 ranks"),
     bad(measure_and_predict, THREADS, TimingConfig("allreduce", "ring", [64]), 1e-9,
         names="link", allowed="LinkFit"),
+    bad(compare_algorithms, THREADS, "allreduce", "ring", [64], LINK,
+        names="algorithms", allowed="sequence of 'allreduce' algorithm names"),
+    bad(compare_algorithms, THREADS, "allreduce", [], [64], LINK,
+        names="algorithms", allowed="non-empty"),
+    bad(compare_algorithms, THREADS, "allreduce", ["ring", "ring"], [64], LINK,
+        names="algorithms", allowed="name each one once"),
+    bad(compare_algorithms, THREADS, "allreduce", ["ring", "tree"], [64], LINK,
+        names="allreduce algorithm 'tree'", allowed="'recursive_doubling'"),
+    bad(compare_algorithms, THREADS, "allreduce", ["ring"], [64], LINK, repeats=0,
+        names="repeats", allowed=">= 1"),
+    bad(compare_algorithms, THREADS, "allreduce", ["ring"], [64], LINK, workers=5,
+        names="workers=5", allowed="has 4 ranks"),
 ]
 
 
@@ -913,6 +925,11 @@ SWEPT = [
                  "nbytes", MEMORY, id="time_collective(nbytes=10**13)"),
     pytest.param(on_ranks(2, lambda comm: time_collective(comm, "allreduce", "ring", 1.5)),
                  "nbytes", "integer >= 1", id="time_collective(nbytes=1.5)"),
+    pytest.param(on_ranks(2, lambda comm: time_algorithms(comm, "allreduce", "ring", 64)),
+                 "algorithms", "wrap one in a tuple", id="time_algorithms(algorithms='ring')"),
+    pytest.param(on_ranks(2, lambda comm: time_algorithms(comm, "allreduce", ("ring", "x"), 64)),
+                 "allreduce algorithm 'x'", "'recursive_doubling'",
+                 id="time_algorithms(algorithms=('ring', 'x'))"),
     # models
     pytest.param(on_ranks(2, lambda comm: train_zero(comm, "mlp", X4, Y4, stage=1, steps=1,
                                                      batch_size=2, lr=0.1)),

@@ -8,6 +8,8 @@ shape of every chapter's experiment, a runner, then the config, then what it run
     measure_and_predict(runner, TimingConfig("allreduce", "ring", sizes), link, workers=p)
 
 where ``link`` is the fitted link the prediction uses (``measure.link(runner)``).
+:func:`compare_algorithms` times several algorithms of one collective the same way, their
+calls interleaved (:func:`time_algorithms`), for a comparison that load cannot tilt.
 """
 
 from __future__ import annotations
@@ -33,8 +35,25 @@ def time_collective(comm, collective: str, algorithm: str, nbytes: int, repeats:
     ``check=False`` (the model does not count the fingerprint exchange), and allreduce in
     place (``out=``: the model does not count copying the input into a new result either).
     """
+    return time_algorithms(comm, collective, (algorithm,), nbytes, repeats, seed)[:, 0]
+
+
+def time_algorithms(comm, collective: str, algorithms, nbytes: int, repeats: int = 5,
+                    seed: int = 0) -> np.ndarray:
+    """Seconds per call on this rank, shape ``(repeats, len(algorithms))``: in each round,
+    one call of every algorithm in turn, each after a barrier, as :func:`time_collective`.
+
+    Interleaving makes the comparison fair on a shared machine: a burst of other work
+    (a browser redrawing, another user's job) slows every algorithm's calls of that round
+    alike, instead of all the calls of whichever algorithm happened to run during it.
+    """
     if collective not in FUNCTIONS:
         raise ValueError(f"unknown collective {collective!r}; allowed: {sorted(FUNCTIONS)}")
+    if isinstance(algorithms, str):
+        raise TypeError(f"algorithms must be a sequence of {collective} algorithm names, not "
+                        f"the str {algorithms!r}; wrap one in a tuple: ({algorithms!r},)")
+    for algorithm in algorithms:
+        _one_of(algorithm, "algorithm", f"{collective} algorithm", list(ALGORITHMS[collective]))
     nbytes = checks.integer(nbytes, "nbytes", at_least=1)
     repeats = checks.integer(repeats, "repeats", at_least=1)
     checks.fits_in_memory(3 * nbytes, "nbytes", "a rank's input, its copy and the result")
@@ -42,15 +61,16 @@ def time_collective(comm, collective: str, algorithm: str, nbytes: int, repeats:
     x = np.random.default_rng([seed, comm.rank]).standard_normal(items).astype(np.float32)
     kw = {"root": 0} if collective in _ROOTED else {}
     fn = FUNCTIONS[collective]
-    times = np.empty(repeats)
+    times = np.empty((repeats, len(algorithms)))
     in_place = collective == "allreduce"
     for i in range(repeats):
-        data = x.copy() if in_place else x
-        into = {"out": data} if in_place else {}
-        comm.barrier()
-        t0 = time.perf_counter()
-        fn(comm, data, algorithm=algorithm, check=False, **kw, **into)
-        times[i] = time.perf_counter() - t0
+        for j, algorithm in enumerate(algorithms):
+            data = x.copy() if in_place else x
+            into = {"out": data} if in_place else {}
+            comm.barrier()
+            t0 = time.perf_counter()
+            fn(comm, data, algorithm=algorithm, check=False, **kw, **into)
+            times[i, j] = time.perf_counter() - t0
     return times
 
 
@@ -133,18 +153,46 @@ def measure_and_predict(runner: Runner, config: TimingConfig, link, *,
     ``.beta`` (s/B): :func:`coursekit.measure.link`'s result or
     :class:`coursekit.costmodel.LinkFit`. Every argument is checked before any rank starts.
     """
-    checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     checks.instance(config, "config", TimingConfig)
+    return _measure(runner, config.collective, (config.algorithm,), config.sizes, link,
+                    config.repeats, workers)[config.algorithm]
+
+
+def compare_algorithms(runner: Runner, collective: str, algorithms, sizes, link, *,
+                       repeats: int = 5, workers: int | None = None) -> dict[str, CollectiveTiming]:
+    """:func:`measure_and_predict` for several ``algorithms`` of one ``collective`` at once,
+    ``{algorithm: CollectiveTiming}``, their calls interleaved round by round
+    (:func:`time_algorithms`), so that load which comes and goes during the run does not
+    decide which one looks faster. Every argument is checked before any rank starts.
+    """
+    if isinstance(algorithms, str) or not np.iterable(algorithms) or not len(algorithms):
+        raise TypeError(f"algorithms must be a non-empty sequence of {collective!r} algorithm "
+                        f"names; got {algorithms!r:.60}")
+    configs = [TimingConfig(collective, alg, sizes, repeats) for alg in algorithms]
+    if len(set(algorithms)) < len(configs):
+        raise ValueError(f"algorithms has repeats: {list(algorithms)}; name each one once")
+    return _measure(runner, collective, tuple(algorithms), configs[0].sizes, link, repeats,
+                    workers)
+
+
+def _measure(runner: Runner, collective: str, algorithms: tuple, sizes: tuple, link,
+             repeats: int, workers: int | None) -> dict[str, CollectiveTiming]:
+    """Each algorithm's :class:`CollectiveTiming`: at every size, the best round's slowest
+    rank, measured interleaved (:func:`time_algorithms`), beside the model's prediction."""
+    checks.instance(runner, "runner", Runner, " (LocalRunner(n) or ClusterRunner(cluster))")
     alpha, beta = costmodel.check_link(link)
     p = runner.check_workers(workers)
-    shared = p if config.collective in _SHARED else 1
-    nbytes = np.array([4 * max(s // 4 // shared, 1) * shared for s in config.sizes])
-    predicted = costmodel.predict(config.collective, config.algorithm, p, nbytes, alpha, beta)
-    measured = np.array([
-        np.max(np.stack(runner.run(time_collective, config.collective, config.algorithm, int(n),
-                                   config.repeats, ranks=p)), axis=0).min()
+    shared = p if collective in _SHARED else 1
+    nbytes = np.array([4 * max(s // 4 // shared, 1) * shared for s in sizes])
+    measured = np.array([  # (sizes, algorithms)
+        np.max(np.stack(runner.run(time_algorithms, collective, algorithms, int(n), repeats,
+                                   ranks=p)), axis=0).min(axis=0)
         for n in nbytes])
-    return CollectiveTiming(config, p, nbytes, measured, predicted,
-                            costmodel.busbw(config.collective, p, nbytes, measured),
-                            costmodel.busbw(config.collective, p, nbytes,
-                                            np.maximum(predicted, 1e-12)))
+    timings = {}
+    for j, algorithm in enumerate(algorithms):
+        predicted = costmodel.predict(collective, algorithm, p, nbytes, alpha, beta)
+        timings[algorithm] = CollectiveTiming(
+            TimingConfig(collective, algorithm, sizes, repeats), p, nbytes, measured[:, j],
+            predicted, costmodel.busbw(collective, p, nbytes, measured[:, j]),
+            costmodel.busbw(collective, p, nbytes, np.maximum(predicted, 1e-12)))
+    return timings

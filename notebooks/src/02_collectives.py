@@ -278,16 +278,17 @@ print("PASS: at p = 4 busbw reaches 1/beta for ring and Rabenseifner, 0.75/beta 
 # ### How close is the model?
 #
 # The four allreduce algorithms at four sizes on the four engines, against the model with the
-# link fitted above (engines 0 and 1 swapping while the other two sat idle):
+# link fitted above (engines 0 and 1 swapping while the other two sat idle). They are timed
+# in rounds, one call of each algorithm per round (`compare_algorithms`), and the best round
+# counts: a burst of other work on this machine then slows every algorithm alike, rather
+# than all the calls of whichever one happened to be running.
 
 # %% tags=["nbval-ignore-output"]
 from coursekit.collectives import timing
 
 check_sizes = [4096, 65536, 1 << 20, 1 << 22]
-timings = {}
-for alg in C.ALGORITHMS["allreduce"]:  # on every engine (workers=None: all)
-    config = timing.TimingConfig("allreduce", alg, check_sizes)
-    timings[alg] = timing.measure_and_predict(engines, config, exchange_link)
+timings = timing.compare_algorithms(engines, "allreduce", C.ALGORITHMS["allreduce"], check_sizes,
+                                    exchange_link)  # on every engine (workers=None: all)
 busy_link = measure.link(engines, "ring", sizes, repeats=20)  # all engines at once: a ring step
 gamma = measure.gamma(engines)  # seconds per byte of a += b, on every engine at once
 print(f"link with all {c.size} engines exchanging at once (a ring step): alpha ~ {busy_link.alpha * 1e6:.0f} us, "

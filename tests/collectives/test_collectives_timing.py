@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from coursekit import costmodel, measure
-from coursekit.collectives.timing import TimingConfig, measure_and_predict, time_collective
+from coursekit.collectives import timing
+from coursekit.collectives.timing import (TimingConfig, compare_algorithms, measure_and_predict,
+                                          time_collective)
 from coursekit.comm import run_local
 from coursekit.cluster.runner import LocalRunner
 
@@ -24,6 +26,33 @@ def test_measure_matches_model_for_predictions():
     np.testing.assert_allclose(res.predicted, costmodel.predict("allgather", "ring", 4,
                                                                 res.nbytes, 1e-5, 1e-9))
     np.testing.assert_allclose(res.busbw_measured, res.nbytes / res.measured * 3 / 4)
+
+
+def test_compare_algorithms_predicts_each_and_measures_all():
+    algorithms = ("ring", "recursive_doubling", "rabenseifner")
+    res = compare_algorithms(LocalRunner(4), "allreduce", algorithms, [64, 4096],
+                             costmodel.LinkFit(1e-5, 1e-9), repeats=2, workers=2)
+    assert list(res) == list(algorithms)
+    for alg, t in res.items():
+        assert t.config == TimingConfig("allreduce", alg, (64, 4096), 2) and t.p == 2
+        assert t.measured.shape == (2,) and (t.measured > 0).all()
+        np.testing.assert_allclose(t.predicted, costmodel.predict("allreduce", alg, 2, [64, 4096],
+                                                                  1e-5, 1e-9))
+
+
+def test_algorithms_are_timed_in_interleaved_rounds(monkeypatch):
+    """Round by round, one call of each algorithm: a burst of load slows all alike."""
+    calls = []
+
+    def recording_allreduce(comm, data, algorithm, **kw):
+        if comm.rank == 0:
+            calls.append(algorithm)
+        comm.barrier()
+
+    monkeypatch.setitem(timing.FUNCTIONS, "allreduce", recording_allreduce)
+    out = run_local(timing.time_algorithms, 2, "allreduce", ("ring", "recursive_doubling"), 64, 3)
+    assert [t.shape for t in out] == [(3, 2)] * 2
+    assert calls == ["ring", "recursive_doubling"] * 3
 
 
 def test_measure_on_fewer_workers_predicts_for_them():
