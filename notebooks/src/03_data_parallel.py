@@ -449,7 +449,7 @@ assert 1 / miss <= comm_ratio <= miss, (sc.comm, sc.predicted_comm)  # as in sec
 assert 1 / miss <= eff_ratio <= miss, (sc.efficiency, sc.predicted_efficiency)
 assert 2 * (sc.workers[-1] - 1) * busy_link.alpha > sc.compute[-1], (busy_link.alpha, sc.compute)
 if not getattr(c, "mpi", False):  # MpiComm's smaller alpha can lift it above 1 (see the text)
-    assert sc.workers[-1] * sc.efficiency[-1] < 1 and sc.workers[-1] * sc.predicted_efficiency[-1] < 1
+    assert sc.workers[-1] * sc.efficiency[-1] < 1, sc.efficiency  # the measured throughput
 print("PASS: at N = 4 the busy-link model predicts the measured communication and the "
       "efficiency within 5x either way (8x on MPI engines, as in section 4); its 2(N-1) rounds "
       "of alpha exceed the compute")

@@ -573,16 +573,18 @@ assert 0 < v.compute_s < v.measured_s, (v.compute_s, v.measured_s)  # a step hol
 print(f"PASS: {LOW:.2f} < measured / simulated = {v.ratio:.2f} < {HIGH:g}")
 
 # %% [markdown]
-# The two do **not** agree within the course's target of 1.5× here: on our two-core machine
-# the measured step has come out two to three times the simulated one, sometimes more (the
-# cell prints this run's ratio,
-# which moves from run to run). The simulator underestimates: it plays the fitted
+# On an idle machine the two agree within the course's target of 1.5×: five runs on our
+# two-core machine gave ratios from 1.02 to 1.23 (the cell prints this run's). On a busy one
+# they need not: with another program working in bursts on the same cores, runs gave 0.89
+# to 2.62: the measured step grows two- to threefold when a burst falls on the training,
+# and the fitted $\alpha$ grows (the simulated step with it) when one falls on the fit. The
+# simulator underestimates: it plays the fitted
 # $\alpha$, $\beta$ and $\gamma$ and the measured compute, and leaves out what a real step
 # adds around them (the training loop's Python work between compute and messages, the
 # collective's argument check, two engines contending for two cores that also run the
-# kernel and the controller). Other programs on the cores grow the measured step, not the
-# simulated one. So the cell asserts two stated bounds: the simulation must not overestimate
-# (ratio above 1/1.5) and must not miss by more than 6×. On a link whose latency is known,
+# kernel and the controller). So the cell asserts two stated bounds that hold on a busy
+# machine too: the simulation must not overestimate by more than 1.5× (ratio above 1/1.5)
+# and must not miss by more than 6×. On a link whose latency is known,
 # ranks whose every message waits 20 ms, the tests hold it to 1.5×
 # (`tests/sim/test_sim_validate.py`): there the modelled costs dominate. The simulated step is the same
 # `simulate_step` that gave the 2048-GPU curves above, fed with this machine's compute time and
