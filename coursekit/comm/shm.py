@@ -157,25 +157,31 @@ class Ring:
             need += CAPACITY - pos
         return CAPACITY - (head - self.words[self.tail_at]) >= need
 
-    def write(self, head_bytes, payload, n: int) -> None:
-        """Append one record of ``n`` bytes (``head_bytes`` + ``payload``); ``room`` said
-        it fits."""
+    def append(self, head_bytes, payload=None) -> bool:
+        """Append one record (``head_bytes`` + ``payload`` bytes); False, writing nothing,
+        when it does not fit now. Every record starts on an 8-byte boundary, so its
+        ``u32 length, u32 kind`` is stored as one u64 word (length | kind << 32)."""
         words, view = self.words, self.view
+        n = len(head_bytes) if payload is None else len(head_bytes) + len(payload)
         need = _align(_RECORD.size + n)
         head = words[self.head_at]
         pos = head % CAPACITY
-        if pos + need > CAPACITY:
-            _RECORD.pack_into(view, self.data + pos, 0, _WRAP)
-            head += CAPACITY - pos
+        skip = CAPACITY - pos if pos + need > CAPACITY else 0  # room()'s wrap, inlined
+        if CAPACITY - (head - words[self.tail_at]) < need + skip:
+            return False
+        if skip:
+            words[(self.data + pos) >> 3] = _WRAP << 32
+            head += skip
             pos = 0
         at = self.data + pos
-        _RECORD.pack_into(view, at, n, _FRAME)
+        words[at >> 3] = n  # kind _FRAME is 0
         at += _RECORD.size
-        view[at:at + len(head_bytes)] = head_bytes
+        end = at + len(head_bytes)
+        view[at:end] = head_bytes
         if payload is not None:
-            at += len(head_bytes)
-            view[at:at + len(payload)] = payload
+            view[end:end + len(payload)] = payload
         words[self.head_at] = head + need  # after the record (x86-64 stores stay in order)
+        return True
 
     # ---- the owner's side ---------------------------------------------------------------
     def take(self) -> bytearray | None:
@@ -185,11 +191,12 @@ class Ring:
         if words[self.head_at] == tail:
             return None
         pos = tail % CAPACITY
-        n, kind = _RECORD.unpack_from(self.view, self.data + pos)
-        if kind == _WRAP:
+        word = words[(self.data + pos) >> 3]  # u32 length, u32 kind: see append
+        if word >> 32 == _WRAP:
             tail += CAPACITY - pos
             pos = 0
-            n, kind = _RECORD.unpack_from(self.view, self.data)
+            word = words[self.data >> 3]
+        n, kind = word & 0xFFFFFFFF, word >> 32
         if kind != _FRAME or _RECORD.size + n > CAPACITY - pos:
             raise CommError(f"shared-memory ring corrupted: record kind {kind}, length {n}")
         at = self.data + pos + _RECORD.size
@@ -274,7 +281,10 @@ class Lanes:
         self.inbound = {s: self.segment.ring(s) for s in sorted({rank, *senders})}
         for ring in self.inbound.values():
             ring.prefault()  # before the offer: nobody writes into them yet
-        self._order = list(self.inbound.items())
+        order = list(self.inbound.items())
+        count = len(order)  # round robin: _rounds[k] visits rings k, k+1, ... (and says which is next)
+        self._rounds = [[((k + i + 1) % count, *order[(k + i) % count]) for i in range(count)]
+                        for k in range(count)]
         self._next = 0
         self.bell_r, self.bell_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.attached: dict[int, tuple[Segment, int]] = {}  # peer -> its segment, its bell
@@ -345,10 +355,8 @@ class Lanes:
         """Append a record (``head_bytes`` + ``payload`` bytes) for ``dest`` and ring its
         doorbell if it sleeps; False (nothing written) when its ring has no room now."""
         ring, bell = self.outbound[dest]
-        n = len(head_bytes) if payload is None else len(head_bytes) + len(payload)
-        if not ring.room(_align(_RECORD.size + n)):
+        if not ring.append(head_bytes, payload):
             return False
-        ring.write(head_bytes, payload, n)
         fence()
         if ring.words[_SLEEPING]:
             ring_bell(bell)
@@ -360,14 +368,11 @@ class Lanes:
     # ---- receiving ----------------------------------------------------------------------
     def take(self):
         """(source, frame) of the next record of any inbound ring (round robin), or None."""
-        order, start = self._order, self._next
-        count = len(order)
-        for k in range(count):
-            source, ring = order[(start + k) % count]
+        for after, source, ring in self._rounds[self._next]:
             frame = ring.take()
             if frame is not None:
-                self._next = (start + k + 1) % count
-                if ring.writer_waits():
+                self._next = after
+                if ring.words[ring.waiting_at]:  # ring.writer_waits(), inlined
                     ring.set_writer_waits(False)
                     ring_bell(self.bell_of(source))
                 return source, frame
@@ -401,7 +406,8 @@ class Lanes:
         self.watches.clear()
         self.outbound.clear()
         self.inbound.clear()
-        self._order = []
+        self._rounds = [[]]
+        self._next = 0
         self.segment.close()
         os.close(self.bell_r)
         os.close(self.bell_w)

@@ -190,6 +190,7 @@ class ZmqComm(QueuedComm):
         self._lanes: shm.Lanes | None = None     # shared-memory lanes to same-host peers
         self._lane_out: dict = {}                # dest -> (ring, doorbell) of an enabled lane
         self._lane_headers: dict = {}            # header bytes -> decoded Header (lanes only)
+        self._last_lane_header = (b"-", -1, -1, None)  # the last one: bytes, length, sender
         self._poller = None                      # the socket and the doorbell, when lanes exist
         self._socket_peers = True                # some peer is reached over TCP only
         self.shared_memory_requested = shared_memory
@@ -342,24 +343,27 @@ class ZmqComm(QueuedComm):
         copied into the ring; larger ones stay here and ``dest`` copies them out by single
         copy (``sendrecv`` waits for that in ``_complete``; a plain ``send``: see
         :meth:`_send_eager`)."""
-        if arr.nbytes <= frames.INLINE_MAX:
-            self._lane_write(dest, frames.encode(arr, tag, self.rank, inline=True), None, tag)
-            return None
-        if arr.nbytes <= shm.RECORD_MAX:
-            self._lane_write(dest, frames.inline_header(arr, tag, self.rank),
-                             arr.reshape(-1).view(np.uint8), tag)
-            return None
-        if buffered:
+        nbytes = arr.nbytes
+        if nbytes <= frames.INLINE_MAX:
+            head, payload = frames.encode(arr, tag, self.rank, inline=True), None
+        elif nbytes <= shm.RECORD_MAX:
+            head, payload = frames.inline_header(arr, tag, self.rank), arr.reshape(-1).view(np.uint8)
+        elif buffered:
             self._send_eager(dest, arr, tag)
             return None
-        return self._post_remote(dest, arr, tag, 0)
+        else:
+            return self._post_remote(dest, arr, tag, 0)
+        if not self._lanes.put(dest, head, payload):
+            self._put_when_room(dest, head, payload, tag)
+        return None
 
     def _post_remote(self, dest, arr, tag, flags) -> int:
         """Post a REMOTE record for ``arr`` (kept alive in ``_in_flight``); its id."""
         self._sent += 1
         self._in_flight[self._sent] = arr
-        self._lane_write(dest, frames.encode_remote(arr, tag, self.rank, self._pid,
-                                                    self._sent | flags), None, tag)
+        head = frames.encode_remote(arr, tag, self.rank, self._pid, self._sent | flags)
+        if not self._lanes.put(dest, head):
+            self._put_when_room(dest, head, None, tag)
         return self._sent
 
     def _send_eager(self, dest, arr, tag) -> None:
@@ -392,13 +396,14 @@ class ZmqComm(QueuedComm):
         self._in_flight.pop(message_id, None)
         self._staged.add(self._post_remote(dest, arr.copy(), tag, EAGER | STAGED))
 
-    def _lane_write(self, dest, head, payload, tag) -> None:
-        if not self._lanes.put(dest, head, payload):
-            n = len(head) + (0 if payload is None else len(payload))
-            if n > shm.CAPACITY // 2:
-                raise ValueError(f"a {n}-byte frame cannot go through a {shm.CAPACITY}-byte ring")
-            self._wait_for_room(self._lanes.ring_to(dest), n, dest, tag)
-            self._lanes.put(dest, head, payload)
+    def _put_when_room(self, dest, head, payload, tag) -> None:
+        """Put a record that did not fit the ring to ``dest`` (``Lanes.put`` said False),
+        once it fits."""
+        n = len(head) + (0 if payload is None else len(payload))
+        if n > shm.CAPACITY // 2:
+            raise ValueError(f"a {n}-byte frame cannot go through a {shm.CAPACITY}-byte ring")
+        self._wait_for_room(self._lanes.ring_to(dest), n, dest, tag)
+        self._lanes.put(dest, head, payload)
 
     def _wait_for_room(self, ring, nbytes, dest, tag) -> None:
         """``dest`` left its ring from us too full for ``nbytes`` more: read our own lanes
@@ -500,7 +505,12 @@ class ZmqComm(QueuedComm):
     def _next_header(self, deadline, op, peer, tag):
         """The next message for matching (see :meth:`_screen`)."""
         while True:
-            got = self._screen(*self._read_header(deadline, op, peer, tag))
+            got = (self._read_lanes_or_socket(deadline, op, peer, tag) if self._lanes is not None
+                   else self._read_header(deadline, op, peer, tag))  # the first, straight away
+            header = got[0]
+            if header.tag != DONE_TAG and not header.remote:  # _screen would pass it as it is
+                return got
+            got = self._screen(*got)
             if got is not None:
                 return got
 
@@ -671,22 +681,29 @@ class ZmqComm(QueuedComm):
 
     def _lane_header(self, source, frame):
         """(header, frame) of a record read from ``source``'s lane. Decoded headers are
-        kept by their bytes (a training loop sends the same few over and over)."""
+        kept by their bytes (a training loop sends the same few over and over); the last
+        one is checked first, by its bytes, its sender and its record's length."""
+        key, length, sender, header = self._last_lane_header
+        if sender == source and len(frame) == length and frame.startswith(key):
+            return header, frame
         try:
             key = bytes(frame[:frames.HEADER_MIN + 8 * frame[5]])
             header = self._lane_headers[key]
         except (IndexError, KeyError):
             header = None
-        if header is None or len(frame) != header.size + (
+        length = len(frame)
+        if header is None or length != header.size + (
                 header.nbytes if header.inline else frames.DESCRIPTOR.size):
             header = self._decode(frame)
             if len(self._lane_headers) >= 1024:
                 self._lane_headers.clear()
-            self._lane_headers[bytes(frame[:header.size])] = header
+            key = bytes(frame[:header.size])
+            self._lane_headers[key] = header
         if header.source != source or not (header.inline or header.remote):
             raise CommError(f"rank {self.rank}: dropped a record of rank {source}'s "
                             f"shared-memory lane: it claims rank {header.source} or is not one "
                             "inline or remote frame")
+        self._last_lane_header = key, length, source, header
         return header, frame
 
     def _timeout_error(self, op, peer, tag):

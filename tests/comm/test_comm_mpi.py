@@ -122,6 +122,44 @@ def check_timeout(comm):
         comm.timeout = 5
 
 
+def check_message_after_a_timeout_is_kept(comm):
+    """A recv that timed out leaves nothing posted behind: the message that comes later
+    is the next matching recv's (a parameter server polls this way)."""
+    from coursekit.comm import CommTimeout
+    if comm.rank == 1:
+        time.sleep(0.5)
+        comm.send(np.array([42.0]), 0, tag=8)
+    elif comm.rank == 0:
+        comm.timeout = 0.2
+        try:
+            comm.recv(1, tag=8)
+        except CommTimeout:
+            pass
+        else:
+            raise AssertionError("no CommTimeout")
+        finally:
+            comm.timeout = 5
+        assert comm.recv(1, tag=8)[0] == 42.0
+
+
+def check_oversized_first_part_is_dropped_and_named(comm):
+    """A first part longer than any well-formed header (+ inline payload) is dropped with
+    a CommError naming its sender; the comm goes on."""
+    from coursekit.comm import CommError
+    from coursekit.comm.mpi import _FIRST_MAX
+    if comm.rank == 1:
+        comm._data.Send(bytearray(_FIRST_MAX + 1), 0, 9)
+        comm.send(np.array([7]), 0, tag=9)
+    elif comm.rank == 0:
+        try:
+            comm.recv(1, tag=9)
+        except CommError as exc:
+            assert "dropped a message from rank 1" in str(exc), exc
+        else:
+            raise AssertionError("no CommError")
+        assert comm.recv(1, tag=9)[0] == 7
+
+
 def check_barrier(comm):
     if comm.rank == comm.size - 1:
         time.sleep(0.2)
@@ -206,7 +244,8 @@ def check_single_copy_peers(comm):
 
 CHECKS = [check_single_copy_peers, check_collectives_equal_mpi_own, check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
           check_large_send_to_a_waiting_receiver, check_large_send_does_not_wait_for_the_receiver,
-          check_large_ring_of_plain_sends, check_timeout, check_barrier, check_private_context, check_trace]
+          check_large_ring_of_plain_sends, check_timeout, check_message_after_a_timeout_is_kept,
+          check_oversized_first_part_is_dropped_and_named, check_barrier, check_private_context, check_trace]
 
 
 def spmd_main() -> None:
