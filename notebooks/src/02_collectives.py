@@ -62,9 +62,11 @@ show()
 # These engines share one host, so their messages did not cross a socket: ZmqComm gives
 # every pair of engines on a host a **shared-memory lane**, a ring buffer in memory both
 # processes map (`coursekit.comm.shm`, the way MPICH's and NCCL's shared-memory transports
-# work). A small message is copied into the ring and out of it; a large one (above 64 KiB)
-# is copied once, straight out of the sender's memory by the receiver (`process_vm_readv`,
-# what MPICH calls CMA), instead of twice through the kernel as TCP does. At connect every
+# work). A message up to 512 KiB is copied into the ring and out of it, and the sender goes
+# on at once; a larger one is copied once, straight out of the sender's memory by the
+# receiver (`process_vm_readv`, what MPICH calls CMA), instead of twice through the kernel
+# as TCP does, while the sender waits for that copy. (Below 512 KiB the wait costs more
+# than the second copy saves, most of all where engines outnumber cores.) At connect every
 # pair of engines checks that this works; these are the peers each engine reaches through
 # a lane. Engines on other hosts are never among them (they talk over TCP), and MPI
 # engines list none: MPI moves data between ranks on one node through shared memory by

@@ -110,14 +110,15 @@ show()
 # %% [markdown]
 # What MPI does that the course does not:
 #
-# - **Shared memory between ranks on one host.** MPICH passes a small message through a
+# - **Shared memory between ranks on one host, in C.** MPICH passes a small message through a
 #   shared-memory cell that the receiver polls: no socket, no system call, no Python, a few
 #   microseconds. Above 8 KiB it copies once, straight from the sender's memory (CMA,
 #   `process_vm_readv`). For bcast and small allreduces it can skip messages altogether:
 #   the ranks of a node write into one shared buffer and wait on flags in it (its
 #   `release_gather` algorithms). The course's MpiComm reaches MPI's point-to-point
 #   transport through Python (a header per message, a poll loop that yields the core);
-#   ZmqComm goes through loopback TCP, single copy only from 256 KiB (chapter 2, section 1).
+#   ZmqComm between engines of one host goes through its shared-memory lanes, in Python
+#   (chapter 2, section 1), and through loopback TCP between hosts.
 # - **The algorithm is chosen per call, by message size and $p$.** MPICH's allreduce uses
 #   recursive doubling up to 2 KiB and Rabenseifner's reduce-scatter + allgather above
 #   (`MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE = 2048`); its bcast a binomial tree for short

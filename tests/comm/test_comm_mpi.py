@@ -147,17 +147,20 @@ def check_oversized_first_part_is_dropped_and_named(comm):
     a CommError naming its sender; the comm goes on."""
     from coursekit.comm import CommError
     from coursekit.comm.mpi import _FIRST_MAX
-    if comm.rank == 1:
-        comm._data.Send(bytearray(_FIRST_MAX + 1), 0, 9)
-        comm.send(np.array([7]), 0, tag=9)
-    elif comm.rank == 0:
-        try:
-            comm.recv(1, tag=9)
-        except CommError as exc:
-            assert "dropped a message from rank 1" in str(exc), exc
-        else:
-            raise AssertionError("no CommError")
-        assert comm.recv(1, tag=9)[0] == 7
+    for delay in (0.0, 0.3):  # there before the recv, and coming while it waits
+        if comm.rank == 1:
+            time.sleep(delay)
+            comm._data.Send(bytearray(_FIRST_MAX + 1), 0, 9)
+            comm.send(np.array([7]), 0, tag=9)
+        elif comm.rank == 0:
+            try:
+                comm.recv(1, tag=9)
+            except CommError as exc:
+                assert "dropped a message from rank 1" in str(exc), exc
+            else:
+                raise AssertionError("no CommError")
+            assert comm.recv(1, tag=9)[0] == 7
+        comm.barrier()
 
 
 def check_barrier(comm):

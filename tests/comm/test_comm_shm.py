@@ -26,7 +26,8 @@ def traffic(comm):
     r, p = comm.rank, comm.size
     right, left = (r + 1) % p, (r - 1) % p
     checks = []
-    for n in (1, 1000, 5000, 100_000, 1 << 20):  # 8 B .. 8 MiB of float64
+    for n in (1, 1000, 5000, 60_000, 100_000, 1 << 20):  # 8 B .. 8 MiB of float64 (480 KB:
+        # the ring's largest class, wrapping around it; from 800 KB single copy)
         x = np.arange(n, dtype=np.float64) + 1000 * r
         comm.send(x, r, tag=5)
         checks.append(np.array_equal(comm.recv(r, tag=5), x))

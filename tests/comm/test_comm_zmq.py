@@ -329,7 +329,7 @@ def _sendrecv_to_silent_peer(comm):
     comm.timeout = 1.0
     t0 = time.monotonic()
     try:
-        comm.sendrecv(np.ones(1 << 16), 1, source=1)
+        comm.sendrecv(np.ones(1 << 17), 1, source=1)  # 1 MiB: above shm.RECORD_MAX
     except CommTimeout as exc:
         return str(exc), time.monotonic() - t0
     return "no timeout", 0.0
