@@ -192,22 +192,23 @@ class Ring:
     # ---- the owner's side ---------------------------------------------------------------
     def take(self) -> bytearray | None:
         """The next frame (copied out, its space given back), or None when empty."""
-        words = self.words
-        tail = words[self.tail_at]
+        words, tail_at = self.words, self.tail_at
+        tail = words[tail_at]
         if words[self.head_at] == tail:
             return None
+        data = self.data
         pos = tail % CAPACITY
-        word = words[(self.data + pos) >> 3]  # u32 length, u32 kind: see append
+        word = words[(data + pos) >> 3]  # u32 length, u32 kind: see append
         if word >> 32 == _WRAP:
             tail += CAPACITY - pos
             pos = 0
-            word = words[self.data >> 3]
+            word = words[data >> 3]
         n, kind = word & 0xFFFFFFFF, word >> 32
         if kind != _FRAME or _RECORD.size + n > CAPACITY - pos:
             raise CommError(f"shared-memory ring corrupted: record kind {kind}, length {n}")
-        at = self.data + pos + _RECORD.size
+        at = data + pos + _RECORD.size
         frame = bytearray(self.view[at:at + n])
-        words[self.tail_at] = tail + _align(_RECORD.size + n)
+        words[tail_at] = tail + ((_RECORD.size + n + 7) & ~7)  # _align, inlined
         return frame
 
     def claimed(self) -> int:
