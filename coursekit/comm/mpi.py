@@ -229,6 +229,7 @@ class MpiComm(Comm):
             raise
 
     def _cancelled(self, request) -> bool:
+        """Cancel a posted receive; False when a message completed it first."""
         request.Cancel()
         request.Wait(self._status)
         return self._status.Is_cancelled()
