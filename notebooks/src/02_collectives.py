@@ -65,8 +65,9 @@ show()
 # work). A message up to 512 KiB is copied into the ring and out of it, and the sender goes
 # on at once; a larger one is copied once, straight out of the sender's memory by the
 # receiver (`process_vm_readv`, what MPICH calls CMA), instead of twice through the kernel
-# as TCP does, while the sender waits for that copy. (Below 512 KiB the wait costs more
-# than the second copy saves, most of all where engines outnumber cores.) At connect every
+# as TCP does, while the sender waits for that copy. (Why 512 KiB: below it, in
+# `bench/README.md`'s measurements, the wait cost more than the second copy saves, most of
+# all where engines outnumber cores.) At connect every
 # pair of engines checks that this works; these are the peers each engine reaches through
 # a lane. Engines on other hosts are never among them (they talk over TCP), and MPI
 # engines list none: MPI moves data between ranks on one node through shared memory by
