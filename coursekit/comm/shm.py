@@ -18,7 +18,8 @@ sender** (itself included) and a **doorbell**:
   The sender stores the record before it stores ``head``; x86-64 keeps stores in order
   (TSO), which is why lanes are used on x86-64 only;
 * the doorbell is a non-blocking pipe and a ``sleeping`` word in the owner's segment. A
-  waiting owner polls its rings for up to ``SPIN_S`` (see :class:`Spinner`), then sets
+  waiting owner polls its rings for up to ``SPIN_S``, yielding its core between polls
+  (see :class:`Spinner`), then sets
   ``sleeping``, looks once more and sleeps in ``poll`` on the pipe (and on its TCP
   socket). A sender stores its record and ``head``, then reads ``sleeping`` and writes a
   byte into the pipe only if it is set. Both sides put a full memory fence between their
@@ -60,6 +61,10 @@ messages) 1.5 ms against 3.5 ms, where every single copy waited for a rank to be
 scheduled. At most a quarter of CAPACITY, so two records always fit."""
 SPIN_S = 100e-6
 """How long a waiting rank polls its rings before it sleeps, while spinning pays."""
+LATE_YIELD_S = 300e-6
+"""A spinning rank yields its core between polls (``os.sched_yield``); a yield that comes
+back later than this gave the core to a process that ran a whole time slice, so the rank
+stops spinning and sleeps (see :class:`Spinner`)."""
 CLAIM_GRACE_S = 2e-3
 """How long a plain send of a large array waits for its receiver to start copying it
 before it takes it back and sends a copy of its own instead (ZmqComm._send_eager)."""
@@ -71,24 +76,32 @@ PEER_CHECK_S = 0.5
 class Spinner:
     """Whether a wait should spin first: only while spinning has been paying.
 
-    Spinning wins when the sender runs on another core and answers within ``SPIN_S``; it
-    loses where ranks outnumber free cores (4 engines on a 2-core laptop): the spinning
-    rank holds the core its peer needs to answer, and the answer comes right after it
-    gives up and sleeps (after a wake-up, itself 50-150 us on a small VM). So each wait
-    whose message came while spinning earns credit; each whose message came within
-    ``PROBE_SPINS * SPIN_S`` (1 ms) of going to sleep loses some. A wait that slept longer
-    says nothing about cores (its sender was computing) and leaves the credit as it is.
-    Without credit a rank sleeps at once, except that one wait in ``PROBE`` spins
-    ``PROBE_SPINS`` times longer, to notice when cores free up (longer, because its peer
-    may be asleep too and take a wake-up to answer). Open MPI's ``mpi_yield_when_idle``
-    makes the same choice once, from a count of ranks and cores; ``sched_yield`` in the
-    spin would not do: behind a busy process it costs a whole time slice (2 ms per message
-    measured).
+    A spinning rank polls its rings and yields its core between polls, so a rank that
+    shares the core gets it at once: where ranks outnumber free cores (4 engines on a
+    2-core laptop), the peer that has to answer runs while this rank waits, instead of
+    after this rank's spin or time slice ends. A 1 MiB ring allreduce of 4 ranks on 2
+    cores took 1.1-1.2 ms so against 1.7-2.0 ms spinning without yields or sleeping at
+    once (a wake-up is 50-150 us on a small VM, and every ring step needs one). Where
+    nobody else waits for the core the yield returns at once and the spin is a plain one.
+
+    A yield that returns after ``LATE_YIELD_S`` gave the core to a process that ran a
+    whole time slice (a computation that is not our peer): from then on a message that
+    comes waits for that slice, where a sleeping rank would be woken by its doorbell. So
+    such a wait stops spinning and costs ``LATE_PENALTY`` credit; each wait whose message
+    came while spinning earns credit; each whose message came within
+    ``PROBE_SPINS * SPIN_S`` (1 ms) of going to sleep loses some (the spin gave up just
+    too early). A wait that slept longer says nothing about cores (its sender was
+    computing) and leaves the credit as it is. Without credit a rank sleeps at once,
+    except that one wait in ``PROBE`` spins ``PROBE_SPINS`` times longer, to notice when
+    the cores are its peers' again (longer, because its peer may be asleep too and take a
+    wake-up to answer). Open MPI's ``mpi_yield_when_idle`` makes the choice to yield
+    once, from a count of ranks and cores.
     """
 
     PROBE = 32
     PROBE_SPINS = 10
     MAX_CREDIT = 8
+    LATE_PENALTY = 4
 
     def __init__(self):
         self.credit, self.waits = self.MAX_CREDIT, 0
@@ -103,6 +116,10 @@ class Spinner:
     def found(self) -> None:
         """The message came while spinning."""
         self.credit = min(self.MAX_CREDIT, self.credit + 2)
+
+    def yielded_late(self) -> None:
+        """A yield came back after ``LATE_YIELD_S``: the spin stops (and sleeps)."""
+        self.credit = max(0, self.credit - self.LATE_PENALTY)
 
     def slept(self, seconds: float) -> None:
         """Spinning ran out; the message came ``seconds`` after the rank went to sleep."""

@@ -575,7 +575,8 @@ class ZmqComm(QueuedComm):
 
     def _read_lanes_or_socket(self, deadline, op, peer, tag, copying=False):
         """The next message from a lane or the socket: poll both (the socket only if some
-        peer is on TCP) while spinning pays (``shm.Spinner``), then sleep on the doorbell
+        peer is on TCP), yielding the core between polls, while spinning pays
+        (``shm.Spinner``), then sleep on the doorbell
         and the socket (see :mod:`coursekit.comm.shm` for why no wake-up is lost). Frames
         on the socket that fail authentication are read and dropped while it sleeps.
 
@@ -588,12 +589,20 @@ class ZmqComm(QueuedComm):
             return got
         spinner = self._spinner
         start, spin = now(), spinner.budget()
-        while now() - start < spin:
+        yielded = start
+        while yielded - start < spin:
+            os.sched_yield()  # a peer that shares this core answers meanwhile
+            back = now()
             got = self._poll_once()
             if got is not None:
                 if not copying:
                     spinner.found()
                 return got
+            if back - yielded > shm.LATE_YIELD_S:  # the core went to somebody's time slice
+                if not copying:
+                    spinner.yielded_late()
+                break
+            yielded = back
         asleep = now()
         got = self._sleep_until_message(deadline, op, peer, tag)
         if spin and not copying:

@@ -335,6 +335,49 @@ def test_spinning_goes_on_while_it_pays_and_probes_when_it_did_not():
     assert spinner.budget() == shm.SPIN_S
 
 
+def test_a_yield_that_came_back_late_stops_the_spinning_soon():
+    """A yield that handed the core to somebody's time slice costs credit: two such waits
+    in a row and the rank sleeps at once (a message would wait for that slice)."""
+    spinner = shm.Spinner()
+    spinner.yielded_late()
+    assert spinner.budget() == shm.SPIN_S
+    spinner.yielded_late()
+    assert spinner.budget() == 0.0
+    spinner.found()
+    assert spinner.budget() == shm.SPIN_S
+
+
+def _waits_beside_a_busy_process(comm):
+    """Rank 0 shares its core with a process that never sleeps and waits 12 times for
+    rank 1, which sends every 20 ms; rank 0's Spinner credit afterwards."""
+    import subprocess
+    import sys
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[comm.rank % len(cpus)]})
+    comm.barrier()
+    if comm.rank == 1:
+        for _ in range(12):
+            time.sleep(0.02)
+            comm.send(np.zeros(1), 0, tag=1)
+        return None
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # on rank 0's core
+    try:
+        for _ in range(12):
+            comm.recv(1, tag=1)
+    finally:
+        hog.kill()
+        hog.wait()
+    return comm._spinner.credit
+
+
+def test_a_rank_that_yields_to_a_busy_process_stops_spinning():
+    """Without the late-yield check the waits keep their credit (each slept for long, which
+    says nothing about cores) and every one of them would lose a time slice to the
+    busy process before it looks at its message again."""
+    credit, _ = run_procs(_waits_beside_a_busy_process, 2, timeout=60)
+    assert credit == 0
+
+
 def _outlived(comm, how):
     """Rank 1 sends one message and ends (``how``); rank 0 then reads it, waits for more,
     and fills the ring that rank 1 no longer reads."""
