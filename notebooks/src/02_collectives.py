@@ -169,18 +169,20 @@ if "mpi" in fits:
 # - **Shared memory**: the software path is the Comm's own Python: checking the arguments,
 #   framing, matching by source and tag, and copying a few bytes into and out of the ring.
 #   What a one-way message adds to it is the receiver noticing the record: it polls its
-#   rings for up to 100 µs while polling has been paying (the sender runs on another
-#   core), else it sleeps until the sender rings its doorbell (a one-byte pipe write), and
-#   then the message pays a wake-up of the receiving engine. Large messages are copied
+#   rings for up to 100 µs while polling has been paying, and yields its core between
+#   polls, so an engine that shares the core (perhaps the sender) runs meanwhile; else it
+#   sleeps until the sender rings its doorbell (a one-byte pipe write), and then the
+#   message pays a wake-up of the receiving engine. It also sleeps when a yield handed the
+#   core to a program that kept it for a whole time slice. Large messages are copied
 #   once, near `memcpy` speed.
 # - **MPI**: MPICH's shared memory in C, polled in a loop; what this course's MpiComm adds
 #   on top is the same kind of Python software path.
 #
 # With a core per engine the lanes' $\alpha$ is several times smaller than TCP's
 # (`bench/bench_p2p.py` measures both between two processes). In this notebook, with four engines on two
-# cores, a waiting engine often sleeps, and both transports then pay mostly the wake-up:
-# their $\alpha$ can come out close, so the check only bounds the lanes' at 1.5 times
-# TCP's. The software path and the bandwidth differ several-fold whatever the load.
+# cores, a message also waits for its receiver to be scheduled, on either transport, and
+# that wait can outweigh the software path: the check only bounds the lanes' $\alpha$ at
+# 1.5 times TCP's. The software path and the bandwidth differ several-fold whatever the load.
 #
 # The lessons below do not depend on the transport: the same collectives run on all three,
 # and the cost model takes whichever $\alpha$ and $\beta$ you measured. What changes is

@@ -162,15 +162,15 @@ show()
 # received).
 #
 # The times need a second look: on the local cluster (4 engines on 2 cores, talking through
-# shared-memory lanes) the ring is usually *slower* than the parameter server at $N = 4$,
-# the reverse of the bandwidth argument. There this gradient (64-256-256-10, about 340 KB) is **latency-bound**: by the
+# shared-memory lanes) the ring is no faster than the parameter server at $N = 4$ (in five
+# runs here the two came within about 20% of each other, either one ahead), not what the
+# bandwidth argument predicts. There this gradient (64-256-256-10, about 340 KB) is **latency-bound**: by the
 # fitted model the ring's $2(N-1)\alpha$ is larger than its $2\frac{N-1}{N}n\beta$ (on MPI
 # engines, whose $\alpha$ is several times smaller, it can come out bandwidth-bound: the
 # cell prints which this cluster's fit says). At $N = 4$, where every engine is busy as in
 # the fit, the busy-link model predicts the ring's measured exchange within a factor of 2
 # or so either way (the printout says by how much). The parameter server's it
-# over-predicts, about 2x here (0.45x in an idle run) and down to 0.18x in a run with a
-# browser redrawing beside it (why: below). What is checked is a factor of 5 either way for
+# over-predicts, by 1.1x to 2.2x in five idle runs here (why: below). What is checked is a factor of 5 either way for
 # the ring, and for the parameter server at most 5x its model and at least the two idle-pair
 # $\alpha$ its worker waits for (push, then broadcast): these times are measured after the
 # fit, not with it, and on a machine busy with other work (a browser redrawing, another
@@ -450,12 +450,11 @@ comm_ratio = sc.comm[-1] / sc.predicted_comm[-1]
 eff_ratio = sc.efficiency[-1] / sc.predicted_efficiency[-1]
 assert 1 / miss <= comm_ratio <= miss, (sc.comm, sc.predicted_comm)  # as in section 4
 assert 1 / miss <= eff_ratio <= miss, (sc.efficiency, sc.predicted_efficiency)
-assert 2 * (sc.workers[-1] - 1) * busy_link.alpha > sc.compute[-1], (busy_link.alpha, sc.compute)
-if not getattr(c, "mpi", False):  # MpiComm's smaller alpha can lift it above 1 (see the text)
+if not getattr(c, "mpi", False):  # MpiComm's smaller alpha can change both (see the text)
+    assert sc.comm[-1] > sc.compute[-1], (sc.comm, sc.compute)
     assert sc.workers[-1] * sc.efficiency[-1] < 1, sc.efficiency  # the measured throughput
 print("PASS: at N = 4 the busy-link model predicts the measured communication and the "
-      "efficiency within 5x either way (8x on MPI engines, as in section 4); its 2(N-1) rounds "
-      "of alpha exceed the compute")
+      "efficiency within 5x either way (8x on MPI engines, as in section 4)")
 
 # %% tags=["nbval-ignore-output"]
 print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficiency "
@@ -465,9 +464,9 @@ print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficienc
 # %% [markdown]
 # The efficiency $T_1/T_N$ collapses here, and the busy-link model predicts the collapse:
 # every step's gradient is the 340 KB of section 4 (latency-bound here), whose ring costs $2(N-1) =
-# 6$ rounds of the busy $\alpha$ at $N = 4$, several milliseconds, more than the compute
-# (checked; usually twice or more, but at $N = 4$ the compute itself slows down when other
-# work shares the two cores), so overlapping the two could hide only a part of it. So low an efficiency means that four engines
+# 6$ rounds of the busy $\alpha$ at $N = 4$, and the measured communication is more than
+# the compute (checked on this local cluster, printed above; on MPI engines, whose $\alpha$
+# is smaller, it need not be), so overlapping the two could hide only a part of it. So low an efficiency means that four engines
 # process fewer examples per second than one engine alone ($N \cdot T_1/T_N < 1$, checked on
 # this local cluster; on MPI engines, whose $\alpha$ is smaller, it can come out above 1):
 # with this model size, data parallelism on this machine only loses. This is the regime
