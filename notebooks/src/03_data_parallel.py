@@ -162,15 +162,16 @@ show()
 # received).
 #
 # The times need a second look: on the local cluster (4 engines on 2 cores, talking through
-# shared-memory lanes) the ring is no faster than the parameter server at $N = 4$ (in five
+# shared-memory lanes) the ring is no faster than the parameter server at $N = 4$ (in six
 # runs here the two came within about 20% of each other, either one ahead), not what the
-# bandwidth argument predicts. There this gradient (64-256-256-10, about 340 KB) is **latency-bound**: by the
-# fitted model the ring's $2(N-1)\alpha$ is larger than its $2\frac{N-1}{N}n\beta$ (on MPI
-# engines, whose $\alpha$ is several times smaller, it can come out bandwidth-bound: the
-# cell prints which this cluster's fit says). At $N = 4$, where every engine is busy as in
+# bandwidth argument predicts. There this gradient (64-256-256-10, about 340 KB) is usually **latency-bound**: by the
+# fitted model the ring's $2(N-1)\alpha$ is larger than its $2\frac{N-1}{N}n\beta$ (1.2 to
+# 6.6 times in six runs here, so noise could flip it; on MPI engines, whose $\alpha$ is
+# several times smaller, it can come out bandwidth-bound: the cell prints which this
+# cluster's fit says). At $N = 4$, where every engine is busy as in
 # the fit, the busy-link model predicts the ring's measured exchange within a factor of 2
 # or so either way (the printout says by how much). The parameter server's it
-# over-predicts, by 1.1x to 2.2x in five idle runs here (why: below). What is checked is a factor of 5 either way for
+# over-predicts, by 1.1x to 2.2x in six idle runs here (why: below). What is checked is a factor of 5 either way for
 # the ring, and for the parameter server at most 5x its model and at least the two idle-pair
 # $\alpha$ its worker waits for (push, then broadcast): these times are measured after the
 # fit, not with it, and on a machine busy with other work (a browser redrawing, another
