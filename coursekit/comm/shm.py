@@ -80,9 +80,10 @@ class Spinner:
     shares the core gets it at once: where ranks outnumber free cores (4 engines on a
     2-core laptop), the peer that has to answer runs while this rank waits, instead of
     after this rank's spin or time slice ends. A 1 MiB ring allreduce of 4 ranks on 2
-    cores took 1.1-1.2 ms so against 1.7-2.0 ms spinning without yields or sleeping at
-    once (a wake-up is 50-150 us on a small VM, and every ring step needs one). Where
-    nobody else waits for the core the yield returns at once and the spin is a plain one.
+    cores took 1.26-1.36 ms against 1.7-2.0 ms sleeping at once (a wake-up is 50-150 us
+    on a small VM, and every ring step needs one) and 2.1 ms spinning without yields.
+    Where nobody else waits for the core the yield returns at once and the spin is a
+    plain one.
 
     A yield that returns after ``LATE_YIELD_S`` gave the core to a process that ran a
     whole time slice (a computation that is not our peer): from then on a message that

@@ -576,9 +576,9 @@ class ZmqComm(QueuedComm):
     def _read_lanes_or_socket(self, deadline, op, peer, tag, copying=False):
         """The next message from a lane or the socket: poll both (the socket only if some
         peer is on TCP), yielding the core between polls, while spinning pays
-        (``shm.Spinner``), then sleep on the doorbell
-        and the socket (see :mod:`coursekit.comm.shm` for why no wake-up is lost). Frames
-        on the socket that fail authentication are read and dropped while it sleeps.
+        (``shm.Spinner``), then sleep on the doorbell and the socket (see
+        :mod:`coursekit.comm.shm` for why no wake-up is lost). Frames on the socket that
+        fail authentication are read and dropped while it sleeps.
 
         A wait while a peer copies a large array of ours (``copying``) lasts n / bw_memcpy
         whatever the cores do (a third of a millisecond for 2 MiB), so it teaches the

@@ -4,6 +4,8 @@ guarantee holds on them, and they leave nothing behind however a rank ends."""
 import os
 import secrets
 import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -350,8 +352,6 @@ def test_a_yield_that_came_back_late_stops_the_spinning_soon():
 def _waits_beside_a_busy_process(comm):
     """Rank 0 shares its core with a process that never sleeps and waits 12 times for
     rank 1, which sends every 20 ms; rank 0's Spinner credit afterwards."""
-    import subprocess
-    import sys
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[comm.rank % len(cpus)]})
     comm.barrier()
