@@ -3,7 +3,7 @@
 :func:`measure_mlp` builds a :class:`~coursekit.nn.MLP` and its optimizer, runs one
 forward and backward on a micro-batch layer by layer (``Layer.forward`` /
 ``Layer.backward``: the kernels of the fused step, in the order of
-:mod:`coursekit.nn.kernels_cpu`, which keeps the list [X, A^1, ..., A^L] through the
+:mod:`coursekit.nn.kernels_cpu`, which keeps A^1, ..., A^L, in one block, through the
 backward), and sums the ``nbytes`` of the buffers it holds (the activations at the end
 of the forward pass, the gradient after the backward), each memory block once (the
 layers' W and b are views into the flat buffer: they cost nothing). All four categories
@@ -16,9 +16,9 @@ tracemalloc sees them). Above the kept A^1..A^L it holds, at layer l of the back
 (:func:`fused_step_transient_bytes`), the upstream gradient G^{l+1} (b n_{l+1}; for the
 top layer it is computed in place in A^L), the new G^l (b n_l, not made for the first
 layer) and a C-ordered copy of W^T (n_l n_{l+1}, for a W of at most
-``kernels_cpu._SMALL_W`` values, not for the first layer), plus 1.5-2 KiB (for the
+``kernels_cpu._SMALL_W`` values, not for the first layer), plus 688-800 bytes (for the
 nets of the tests) that do not grow with the batch: Numba's header on each array it
-allocates and the list object.
+allocates.
 So ``step_peak`` is not predicted to the byte; the batch-dependent part is.
 """
 

@@ -180,11 +180,11 @@ def test_measured_mlp_bytes_equal_the_formula(sizes, dtype, optimizer):
         kept_by_kernel = want.activations - b * sizes[0] * itemsize
         remainders.add(got.step_peak - kept_by_kernel
                        - fused_step_transient_bytes(sizes, b, dtype))
-    # the batch-dependent part is exact: what remains moves by a few dozen bytes from call to
-    # call (float32 steps; seen 1880-1968 B, not tied to b), while a missed or extra term of
+    # the batch-dependent part is exact: what remains moves by a few dozen bytes at most from
+    # call to call (seen: 688-800 B, the same for every b), while a missed or extra term of
     # b x width would move it by at least (64 - 1) x 10 x 4 = 2520 B between b = 1 and 64
     assert max(remainders) - min(remainders) < 256, remainders
-    assert 0 <= min(remainders) and max(remainders) < 4096  # Numba's array headers, the list
+    assert 0 <= min(remainders) and max(remainders) < 4096  # Numba's array headers
 
 
 # -- time per step -----------------------------------------------------------------------------

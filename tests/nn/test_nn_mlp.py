@@ -272,3 +272,43 @@ def test_an_mlp_pickles_with_its_weights_and_stays_independent():
     X = np.ones((2, 5))
     np.testing.assert_array_equal(twin.layers[0].W, twin.params[:35].reshape(5, 7))
     assert twin.forward(X).shape == (2, 3)
+
+
+def test_softmax_exponentials_are_within_an_ulp_of_exp():
+    from numba import njit
+
+    from coursekit.nn import kernels_cpu
+
+    @njit
+    def exp_inplace(v):
+        kernels_cpu._exp_inplace(v)
+
+    x = np.concatenate([-np.linspace(0, 87.3, 100_001), [-0.0, -87.4, -1e30, -np.inf, np.nan]])
+    x = x.astype(np.float32).astype(np.float64)  # arguments a float32 array can hold
+    want = np.exp(x)
+    got32 = x.astype(np.float32)
+    exp_inplace(got32)
+    normal = want >= 2.0**-126
+    rel = np.abs(got32[normal] - want[normal]) / want[normal]
+    assert rel.max() < 1.2e-7, rel.max()  # float32 rounding alone is up to 6e-8
+    below = ~normal & ~np.isnan(x)
+    np.testing.assert_allclose(got32[below], 2.0**-126, rtol=1e-5)  # the documented floor
+    assert np.isnan(got32[-1])
+    got64 = x.copy()
+    exp_inplace(got64)  # float64 keeps libm's exp (NumPy's may differ from it by an ulp)
+    np.testing.assert_allclose(got64, want, rtol=5e-16, atol=0)
+
+
+def test_softmax_of_far_apart_logits_matches_reference():
+    # weights 300x the initial scale: logits hundreds apart, so most exponentials underflow
+    sizes = (6, 9, 5)
+    mlp = MLP(sizes, "tanh", seed=4)
+    mlp.params *= 300
+    X, y = batch(sizes, n=16, seed=4)
+    params, X64 = mlp.params.astype(np.float64), X.astype(np.float64)
+    logits = reference.forward(params, sizes, "tanh", X64)[-1]
+    assert np.ptp(logits, axis=1).min() > 100
+    want_loss, want_grad = reference.loss_and_grad(params, sizes, "tanh", "softmax_xent", X64, y)
+    got_loss, got_grad = mlp.loss_and_grad(X, y)
+    assert got_loss == pytest.approx(want_loss, rel=1e-5)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=1e-4, atol=1e-3 * np.abs(want_grad).max())
