@@ -214,7 +214,7 @@ def _float32_from_bits(typingctx, bits):
 def _exp_inplace(v):
     """In place v <- exp(v) for a 1-D float array ``v`` whose values are <= 0 or NaN.
 
-    Plain Python (``NUMBA_DISABLE_JIT=1``) and compiled float64 arrays use libm's exp; the
+    Plain Python (``NUMBA_DISABLE_JIT=1``) uses NumPy's exp, compiled float64 arrays libm's; the
     compiled float32 version (:func:`_exp_inplace_compiled`) is Cephes' ``expf``: with
     k = round(x log2 e) and r = x - k ln 2 (ln 2 split in two so r is exact),
     e^x = 2^k (1 + r + r^2/2 + ... + c_7 r^7), 2^k built from its exponent bits; relative
@@ -271,14 +271,14 @@ def _softmax_xent_delta(Z, y):
             Z[i, j] -= zmax
     _exp_inplace(Z.reshape(-1))
     for i in range(n):
-        s = Z[i, 0]
-        for j in range(1, m):
+        s = 0.0
+        for j in range(m):
             s += Z[i, j]
         total += math.log(s)
-        inv = 1 / (s * n)
+        inv = 1.0 / (s * n)
         for j in range(m):
             Z[i, j] *= inv
-        Z[i, y[i]] -= 1 / n
+        Z[i, y[i]] -= 1.0 / n
     return total / n
 
 
