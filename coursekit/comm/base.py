@@ -17,6 +17,7 @@ Cost model: a message of n bytes costs about alpha + n * beta; the header adds
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 
 import numpy as np
@@ -24,8 +25,12 @@ import numpy as np
 from coursekit import checks
 
 from . import frames
+from .frames import DTYPE_CODE
 from .errors import ANY_SOURCE, ANY_TAG, MAX_TAG, CommError, CommTimeout, peer_name, tag_name
-from .trace import Message, Trace, describe, now, verbose_enabled
+from .trace import Message, Trace, describe, now
+
+_package = sys.modules[__package__]
+"""``coursekit.comm``, whose ``VERBOSE`` is read at call time (so plain assignment works)."""
 
 BARRIER_TAG = MAX_TAG + 1
 """Internal tags start here (``BARRIER_TAG + round``); ANY_TAG never matches them."""
@@ -97,6 +102,9 @@ class Comm:
         self.closed = False
         self.interrupted: str | None = None  # the operation a KeyboardInterrupt broke off
         self.broken: str | None = None  # the collective an error broke off, and the error
+        self._ready = True
+        """Open, not interrupted, not broken: the fast argument checks read this one flag,
+        which close() and the _mark_* methods clear (a comm never becomes ready again)."""
 
     @property
     def timeout(self) -> float:
@@ -128,19 +136,28 @@ class Comm:
     # ---- public API -------------------------------------------------------------------
     def send(self, array: np.ndarray, dest: int, tag: int = 0) -> None:
         """Send ``array`` to rank ``dest``; returns once ``array`` may be reused (buffered)."""
-        arr = self._check_send(array, dest, tag)
-        t0 = now()
+        if (type(array) is np.ndarray and type(dest) is int and type(tag) is int and self._ready
+                and 0 <= dest < self.size and 0 <= tag <= MAX_TAG
+                and array.dtype in DTYPE_CODE and array.flags.c_contiguous):
+            arr = array  # the common case, checked cheaply here: it is on every send's path
+        else:
+            arr = self._check_send(array, dest, tag)
+        record = self.tracing or _package.VERBOSE
+        t0 = now() if record else 0.0
         try:
             self._post(dest, arr, tag, True)
         except KeyboardInterrupt:
             self._mark_interrupted(("send", dest, tag))
             raise
-        if self.tracing or verbose_enabled():
+        if record:
             self._record("send", self.rank, dest, tag, arr, t0)
 
     def recv(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, out=None) -> np.ndarray:
         """Receive the first message matching ``(source, tag)``; fills and returns ``out`` if given."""
-        self._check_recv(source, tag, out)
+        if not (type(source) is int and type(tag) is int and self._ready
+                and -1 <= source < self.size and -1 <= tag <= MAX_TAG
+                and (out is None or type(out) is np.ndarray and out.flags.writeable)):
+            self._check_recv(source, tag, out)  # the common case (above) is checked cheaply
         t0 = now()
         op = ("recv", source, tag)
         try:
@@ -148,7 +165,7 @@ class Comm:
         except KeyboardInterrupt:
             self._mark_interrupted(op)
             raise
-        if self.tracing or verbose_enabled():
+        if self.tracing or _package.VERBOSE:
             self._record("recv", header.source, self.rank, header.tag, arr, t0)
         return arr
 
@@ -168,7 +185,7 @@ class Comm:
         t0 = now()
         deadline = t0 + self._timeout
         op = ("sendrecv", source, recvtag, dest)
-        record = self.tracing or verbose_enabled()
+        record = self.tracing or _package.VERBOSE
         try:
             handle = self._post(dest, arr, sendtag, False)
             if record:
@@ -203,6 +220,7 @@ class Comm:
     def close(self) -> None:
         """Release the transport. Further calls raise CommError."""
         self.closed = True
+        self._ready = False
 
     @contextmanager
     def collective(self, name: str):
@@ -235,17 +253,14 @@ class Comm:
         cause is kept)."""
         if self.broken is None:
             self.broken = f"{name} with {type(exc).__name__}: {exc}"
+        self._ready = False
 
     def _mark_interrupted(self, op: tuple) -> None:
         """A KeyboardInterrupt broke ``op`` off: its peers' messages may still arrive and
         would be matched by the next operation, so every later call raises CommError
         until the comm is rebuilt (``coursekit.comm.reset_comm`` on a cluster)."""
         self.interrupted = describe_op(op)
-
-    @property
-    def _ready(self) -> bool:
-        """Open, not interrupted, not broken (the fast argument checks read this)."""
-        return not self.closed and self.interrupted is None and self.broken is None
+        self._ready = False
 
     def __enter__(self):
         return self
@@ -299,19 +314,14 @@ class Comm:
             raise ValueError(f"{what}={value} is out of range: allowed 0..{MAX_TAG}{extra}")
 
     def _check_send(self, array, dest, tag) -> np.ndarray:
-        if (type(dest) is int and 0 <= dest < self.size and type(tag) is int
-                and 0 <= tag <= MAX_TAG and self._ready):
-            return frames.wire_array(array)  # the common case, checked cheaply
+        """The wire array to send; raises on anything ``send`` does not accept."""
         self._check_open()
         self._check_rank(dest, "dest", False)
         self._check_tag(tag, "tag", False)
         return frames.wire_array(array)
 
     def _check_recv(self, source, tag, out) -> None:
-        if (type(source) is int and -1 <= source < self.size and type(tag) is int
-                and -1 <= tag <= MAX_TAG and self._ready
-                and (out is None or type(out) is np.ndarray and out.flags.writeable)):
-            return  # the common case (ANY_SOURCE == ANY_TAG == -1), checked cheaply
+        """Raise on anything ``recv`` does not accept (ANY_SOURCE == ANY_TAG == -1)."""
         self._check_open()
         self._check_rank(source, "source", True)
         self._check_tag(tag, "tag", True)
@@ -325,7 +335,7 @@ class Comm:
         msg = Message(op, int(src), int(dst), int(tag), arr.nbytes, t0, now())
         if self.tracing:
             self.trace.append(msg)
-        if verbose_enabled():
+        if _package.VERBOSE:
             print(describe(msg, arr.dtype, arr.shape), flush=True)
 
     # ---- backend hooks ------------------------------------------------------------------

@@ -50,7 +50,8 @@ DESCRIPTOR = struct.Struct("<QQQ")
 DTYPES = tuple(np.dtype(s) for s in (
     "?", "<i1", "<i2", "<i4", "<i8", "<u1", "<u2", "<u4", "<u8",
     "<f2", "<f4", "<f8", "<c8", "<c16"))
-_CODE = {dt: code for code, dt in enumerate(DTYPES)}
+DTYPE_CODE = {dt: code for code, dt in enumerate(DTYPES)}
+"""The wire code of each dtype a message may carry (the index into DTYPES)."""
 ALLOWED = "bool, int8/16/32/64, uint8/16/32/64, float16/32/64, complex64/128"
 
 
@@ -72,15 +73,15 @@ def wire_array(arr) -> np.ndarray:
 
     Raises TypeError for anything that is not a NumPy array of a supported numeric dtype.
     """
-    if type(arr) is np.ndarray and arr.dtype in _CODE and arr.flags.c_contiguous:
+    if type(arr) is np.ndarray and arr.dtype in DTYPE_CODE and arr.flags.c_contiguous:
         return arr  # the common case, kept cheap: it is on every send's path
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"Comm sends NumPy arrays only, got {type(arr).__name__}; "
                         "wrap the value with np.asarray(...)")
     dt = arr.dtype
-    if dt not in _CODE:
+    if dt not in DTYPE_CODE:
         wire = dt.newbyteorder("<") if dt.kind in "biufc" else None
-        if wire not in _CODE:
+        if wire not in DTYPE_CODE:
             raise TypeError(f"Comm cannot send dtype {dt}; allowed dtypes: {ALLOWED}")
         arr = arr.astype(wire)
     if arr.ndim > MAX_NDIM:
@@ -118,7 +119,7 @@ def _header(arr: np.ndarray, flags: int, tag: int, source: int) -> bytes:
     key = (arr.dtype, arr.shape, flags, tag, source)
     head = _HEADERS.get(key)
     if head is None:
-        head = _FULL[arr.ndim].pack(MAGIC, _CODE[arr.dtype], arr.ndim, flags, tag, source,
+        head = _FULL[arr.ndim].pack(MAGIC, DTYPE_CODE[arr.dtype], arr.ndim, flags, tag, source,
                                     *arr.shape)
         if len(_HEADERS) >= _HEADERS_MAX:
             _HEADERS.clear()

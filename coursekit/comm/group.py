@@ -36,10 +36,17 @@ class SubComm(Comm):
         self.closed = False
         self.interrupted = None
         self.broken = None
+        self._ready = True
 
     @property
     def _ready(self) -> bool:
-        return super()._ready and self.parent._ready
+        """This group's own flag (Comm._ready) and the parent's: the parent may be closed,
+        interrupted or broken by traffic outside the group."""
+        return self._own_ready and self.parent._ready
+
+    @_ready.setter
+    def _ready(self, ready: bool) -> None:
+        self._own_ready = ready
 
     def _mark_interrupted(self, op: tuple) -> None:
         super()._mark_interrupted(op)

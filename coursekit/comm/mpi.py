@@ -87,6 +87,7 @@ class MpiComm(Comm):
         self._first = bytearray(_FIRST_MAX)  # every first part is received here, then copied out
         self._headers: dict = {}  # header bytes -> (first part's length, (Header, payload))
         self._last_header = (b"-", -1, None)  # the last one: (its bytes, *its entry)
+        self._last_sent = (None, None, None, b"")  # (dtype, shape, tag, header) of the last inline send
 
     def close(self) -> None:
         """Wait (at most ``timeout``) for buffered sends, then free the communicators."""
@@ -137,7 +138,11 @@ class MpiComm(Comm):
             self._flush()
         data = self._data
         if arr.nbytes <= frames.INLINE_MAX:
-            msg = frames.encode(arr, tag, self.rank, inline=True)
+            dtype, shape, last_tag, head = self._last_sent
+            if not (arr.dtype is dtype and tag == last_tag and arr.shape == shape):
+                head = frames.inline_header(arr, tag, self.rank)
+                self._last_sent = (arr.dtype, arr.shape, tag, head)
+            msg = b"".join((head, arr))  # header + payload in one copy
             request = data.Isend(msg, dest, tag)
             if not request.Test():
                 self._in_flight.append((request, msg))

@@ -16,7 +16,6 @@ directly comparable. Across hosts they are not: subtract a per-host offset first
 
 from __future__ import annotations
 
-import sys
 import time
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -39,17 +38,6 @@ class Message(NamedTuple):
     nbytes: int
     t_start: float
     t_end: float
-
-
-_pkg = None
-
-
-def verbose_enabled() -> bool:
-    """Read ``coursekit.comm.VERBOSE`` at call time (so plain assignment works)."""
-    global _pkg
-    if _pkg is None:
-        _pkg = sys.modules[__package__]
-    return _pkg.VERBOSE
 
 
 def describe(msg: Message, dtype, shape) -> str:

@@ -83,3 +83,41 @@ def test_a_group_reports_its_members_lane_and_single_copy_peers_in_group_ranks()
     got = run_procs(_group_peers, 3, timeout=30)
     assert got[1] is None
     assert got[0] == ([0, 1], [0]) and got[2] == ([0, 1], [1])  # group ranks: 2 -> 0, 0 -> 1
+
+
+
+SPOIL = {"closed": (lambda comm: comm.close(), "is closed"),
+         "interrupted": (lambda comm: comm._mark_interrupted(("recv", 1, 0)), "was interrupted"),
+         "broken": (lambda comm: comm._mark_broken("bcast", ValueError("a bug")), "broke off")}
+
+
+@pytest.mark.parametrize("how", SPOIL)
+def test_a_group_refuses_every_call_once_its_parent_does(how):
+    """The parent may be closed, interrupted or broken by traffic outside the group."""
+    from coursekit.comm import ThreadComm
+    parents = ThreadComm.world(3, timeout=5)
+    group = subcomm(parents[0], [0, 2])
+    group.send(np.ones(2), 1)  # usable while the parent is
+    assert parents[2].recv(0).tolist() == [1.0, 1.0]
+    spoil, words = SPOIL[how]
+    spoil(parents[0])
+    for call in (lambda: group.send(np.ones(2), 1), lambda: group.recv(1),
+                 lambda: group.sendrecv(np.ones(2), 1, source=1)):
+        with pytest.raises(CommError, match=words):
+            call()
+    for comm in parents:
+        comm.close()
+
+
+@pytest.mark.parametrize("how", ["interrupted", "broken"])
+def test_a_group_that_breaks_makes_its_parent_refuse(how):
+    from coursekit.comm import ThreadComm
+    parents = ThreadComm.world(3, timeout=5)
+    spoil, words = SPOIL[how]
+    spoil(subcomm(parents[0], [0, 2]))
+    with pytest.raises(CommError, match=words):
+        parents[0].send(np.ones(1), 1)
+    parents[1].send(np.ones(1), 2)  # the other ranks' comms are untouched
+    assert parents[2].recv(1).tolist() == [1.0]
+    for comm in parents:
+        comm.close()

@@ -194,6 +194,27 @@ def check_trace(comm):
     assert ops == sorted([("send", r, (r + 1) % p, 80), ("recv", (r - 1) % p, r, 80)]), ops
 
 
+def check_small_sends_with_changing_headers(comm):
+    """Back-to-back small sends that differ only in tag, shape (the same array reshaped in
+    place), or dtype each carry their own header (MpiComm reuses the last one when it can)."""
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    a = np.arange(4.0)
+    sent = []
+    for tag, arr in ((0, a), (1, a), (1, a.reshape(2, 2)), (1, a.astype(np.float32)), (2, a)):
+        comm.send(arr, right, tag=tag)
+        sent.append((tag, arr.dtype, arr.shape))
+    a.shape = (4, 1)  # the very array object sent above, with another shape
+    comm.send(a, right, tag=2)
+    sent.append((2, a.dtype, (4, 1)))
+    comm.trace.clear()
+    comm.tracing = True
+    got = [comm.recv(left) for _ in sent]
+    comm.tracing = False
+    assert [(m.tag, x.dtype, x.shape) for m, x in zip(comm.trace, got)] == sent
+    for x in got:
+        np.testing.assert_array_equal(x.ravel(), np.arange(4.0))
+
+
 def check_collectives_equal_mpi_own(comm):
     """Every coursekit collective and algorithm on MpiComm == mpi4py's native collective."""
     from mpi4py import MPI
@@ -248,7 +269,8 @@ def check_single_copy_peers(comm):
 CHECKS = [check_single_copy_peers, check_collectives_equal_mpi_own, check_ring, check_matching, check_dtypes, check_large_symmetric_exchange,
           check_large_send_to_a_waiting_receiver, check_large_send_does_not_wait_for_the_receiver,
           check_large_ring_of_plain_sends, check_timeout, check_message_after_a_timeout_is_kept,
-          check_oversized_first_part_is_dropped_and_named, check_barrier, check_private_context, check_trace]
+          check_oversized_first_part_is_dropped_and_named, check_barrier, check_private_context, check_trace,
+          check_small_sends_with_changing_headers]
 
 
 def spmd_main() -> None:
