@@ -10,7 +10,8 @@ Backends implement two hooks:
 
 * ``_next_header(deadline, op, peer, tag) -> (Header, first part)``: block
   until a message arrives; raise CommTimeout (built by ``_timeout_error``) at the deadline
-  and CommError for a malformed frame after discarding it completely.
+  and CommError for a malformed frame after discarding it completely. An INLINE first
+  part holds exactly the payload its header announces (``frames.decode`` checks that).
 * ``_read_payload(header, target) -> array``: read the separate payload part of the
   message just announced, into ``target`` when it is not None.
 
@@ -27,6 +28,7 @@ import numpy as np
 
 from . import frames
 from .base import Comm, fill, finish, matches, recv_target
+from .errors import ANY_SOURCE, ANY_TAG, MAX_TAG
 
 
 class QueuedComm(Comm):
@@ -35,7 +37,7 @@ class QueuedComm(Comm):
         self._unmatched: list[tuple[frames.Header, object]] = []  # what _park kept
 
     def _match(self, source, tag, out, deadline, op):
-        for i, (header, parked) in enumerate(self._unmatched):
+        for i, (header, parked) in enumerate(self._unmatched) if self._unmatched else ():
             if matches(header, source, tag):
                 del self._unmatched[i]  # consumed even if it does not fit ``out``
                 try:
@@ -46,12 +48,16 @@ class QueuedComm(Comm):
                 return header, finish(out, self._unpark(header, parked, target))
         while True:
             header, head = self._next_header(deadline, op, source, tag)
-            if not matches(header, source, tag):
+            if not ((source == ANY_SOURCE or header.source == source)  # matches(), inlined
+                    and (header.tag == tag if tag != ANY_TAG else header.tag <= MAX_TAG)):
                 self._unmatched.append((header, self._park(header, head)))
                 continue
             if header.inline and out is not None and out.dtype is header.dtype \
-                    and out.shape == header.shape:  # the common case, taken cheaply
-                out[...] = frames.to_array(header, head, header.size)
+                    and out.shape == header.shape:  # the common case, taken cheaply:
+                try:  # the payload's bytes straight into out's (their lengths match: see above)
+                    out.data.cast("B")[:] = memoryview(head)[header.size:]
+                except TypeError:  # out is not C-contiguous, or empty: NumPy copies
+                    out[...] = np.ndarray(header.shape, header.dtype, head, header.size)
                 return header, out
             try:
                 target = recv_target(header, out)

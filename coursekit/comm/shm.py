@@ -61,6 +61,12 @@ messages) 1.5 ms against 3.5 ms, where every single copy waited for a rank to be
 scheduled. At most a quarter of CAPACITY, so two records always fit."""
 SPIN_S = 100e-6
 """How long a waiting rank polls its rings before it sleeps, while spinning pays."""
+POLLS_PER_YIELD = 4
+"""A spinning rank yields its core after every this many polls of its rings (it reads
+the clock only then): often
+enough that a peer sharing the core waits at most a microsecond or so more, rarely
+enough that a rank with a core of its own spends its wait polling, not in system calls
+(8 B ping-pong one-way 0.2-0.3 us faster than a yield after every poll, on a 2-core VM)."""
 LATE_YIELD_S = 300e-6
 """A spinning rank yields its core between polls (``os.sched_yield``); a yield that comes
 back later than this gave the core to a process that ran a whole time slice, so the rank
@@ -187,7 +193,7 @@ class Ring:
         ``u32 length, u32 kind`` is stored as one u64 word (length | kind << 32)."""
         words, view = self.words, self.view
         n = len(head_bytes) if payload is None else len(head_bytes) + len(payload)
-        need = _align(_RECORD.size + n)
+        need = (_RECORD.size + n + 7) & ~7  # _align, inlined
         head = words[self.head_at]
         pos = head % CAPACITY
         skip = CAPACITY - pos if pos + need > CAPACITY else 0  # room()'s wrap, inlined
@@ -306,7 +312,7 @@ class Lanes:
         self.inbound = {s: self.segment.ring(s) for s in sorted({rank, *senders})}
         for ring in self.inbound.values():
             ring.prefault()  # before the offer: nobody writes into them yet
-        order = list(self.inbound.items())
+        order = [(s, ring, ring.head_at, ring.tail_at) for s, ring in self.inbound.items()]
         count = len(order)  # round robin: _rounds[k] visits rings k, k+1, ... (and says which is next)
         self._rounds = [[((k + i + 1) % count, *order[(k + i) % count]) for i in range(count)]
                         for k in range(count)]
@@ -393,7 +399,10 @@ class Lanes:
     # ---- receiving ----------------------------------------------------------------------
     def take(self):
         """(source, frame) of the next record of any inbound ring (round robin), or None."""
-        for after, source, ring in self._rounds[self._next]:
+        words = self.segment.words  # every inbound ring's head and tail are words of it
+        for after, source, ring, head_at, tail_at in self._rounds[self._next]:
+            if words[head_at] == words[tail_at]:  # empty: ring.take() would say None
+                continue
             frame = ring.take()
             if frame is not None:
                 self._next = after

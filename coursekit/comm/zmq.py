@@ -105,6 +105,7 @@ TAKEN_BACK = 1 << 62
 STAGED = 1 << 61
 """Bit of a REMOTE message's id: a plain send's own copy, posted after taking one back."""
 ID_MASK = STAGED - 1
+_POLLS_PER_YIELD = range(shm.POLLS_PER_YIELD)
 
 
 class Endpoint:
@@ -168,6 +169,7 @@ class ZmqComm(QueuedComm):
                  shared_memory: bool = True):
         super().__init__(rank, len(addresses), timeout=timeout, trace=trace)
         self._sealer = FrameSealer(key, rank, len(addresses))
+        self._last_sent = (None, None, None, b"")  # (dtype, shape, tag, header) of the last inline lane send
         self.addresses = addresses
         self._endpoint = endpoint
         self._pull = endpoint._pull
@@ -320,7 +322,16 @@ class ZmqComm(QueuedComm):
 
     def _post(self, dest, arr, tag, buffered):
         if dest in self._lane_out:
-            return self._post_lane(dest, arr, tag, buffered)
+            if arr.nbytes > frames.INLINE_MAX:
+                return self._post_lane(dest, arr, tag, buffered)
+            dtype, shape, last_tag, head = self._last_sent  # the header of the last one?
+            if not (arr.dtype is dtype and tag == last_tag and arr.shape == shape):
+                head = frames.inline_header(arr, tag, self.rank)
+                self._last_sent = (arr.dtype, arr.shape, tag, head)
+            record = b"".join((head, arr))  # one INLINE frame: header + payload
+            if not self._lanes.put(dest, record):
+                self._put_when_room(dest, record, None, tag)
+            return None
         sock, seal = self._push[dest], self._sealer.seal
         if arr.nbytes <= frames.INLINE_MAX:
             sock.send(seal(frames.encode(arr, tag, self.rank, inline=True), dest), copy=True)
@@ -339,14 +350,12 @@ class ZmqComm(QueuedComm):
         return tracker
 
     def _post_lane(self, dest, arr, tag, buffered):
-        """Through the shared-memory lane: payloads up to ``shm.RECORD_MAX`` bytes are
-        copied into the ring; larger ones stay here and ``dest`` copies them out by single
-        copy (``sendrecv`` waits for that in ``_complete``; a plain ``send``: see
-        :meth:`_send_eager`)."""
-        nbytes = arr.nbytes
-        if nbytes <= frames.INLINE_MAX:
-            head, payload = frames.encode(arr, tag, self.rank, inline=True), None
-        elif nbytes <= shm.RECORD_MAX:
+        """Through the shared-memory lane, a payload of more than ``frames.INLINE_MAX``
+        bytes (``_post`` puts smaller ones in the ring itself): up to ``shm.RECORD_MAX``
+        bytes it is copied into the ring; a larger one stays here and ``dest`` copies it
+        out by single copy (``sendrecv`` waits for that in ``_complete``; a plain ``send``:
+        see :meth:`_send_eager`)."""
+        if arr.nbytes <= shm.RECORD_MAX:
             head, payload = frames.inline_header(arr, tag, self.rank), arr.reshape(-1).view(np.uint8)
         elif buffered:
             self._send_eager(dest, arr, tag)
@@ -591,13 +600,14 @@ class ZmqComm(QueuedComm):
         start, spin = now(), spinner.budget()
         yielded = start
         while yielded - start < spin:
+            for _ in _POLLS_PER_YIELD:
+                got = self._poll_once()
+                if got is not None:
+                    if not copying:
+                        spinner.found()
+                    return got
             os.sched_yield()  # a peer that shares this core answers meanwhile
             back = now()
-            got = self._poll_once()
-            if got is not None:
-                if not copying:
-                    spinner.found()
-                return got
             if back - yielded > shm.LATE_YIELD_S:  # the core went to somebody's time slice
                 if not copying:
                     spinner.yielded_late()

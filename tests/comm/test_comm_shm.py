@@ -67,6 +67,31 @@ def test_lanes_can_be_switched_off_and_tcp_gives_the_same_results():
         assert peers == [] and all(checks), (rank, peers, checks)
 
 
+def into_every_out(comm):
+    """Rank 0 sends small arrays; rank 1 receives each into an ``out`` of another layout:
+    C order (its bytes are copied straight in), a strided view, Fortran order, 0-d, empty,
+    and dtypes whose buffer format is not a plain number (bool, float16, complex)."""
+    sent = [np.arange(12.0).reshape(3, 4), np.arange(24.0).reshape(4, 6)[:, ::2] * 1,
+            np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.array(7.5), np.zeros((0, 3)),
+            np.array([True, False, True]), np.arange(5, dtype=np.float16),
+            np.array([1 + 2j, 3 - 4j], np.complex128)]
+    outs = [np.empty((3, 4)), np.empty((4, 6))[:, ::2], np.empty((2, 3), order="F"),
+            np.empty(()), np.empty((0, 3)), np.empty(3, bool), np.empty(5, np.float16),
+            np.empty(2, np.complex128)]
+    if comm.rank == 0:
+        for x in sent:
+            comm.send(x, 1, tag=2)
+        return None
+    return [comm.recv(0, tag=2, out=out) is out and np.array_equal(out, x)
+            for x, out in zip(sent, outs)]
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_a_message_fills_an_out_of_any_layout(lanes):
+    got = run_procs(into_every_out, 2, timeout=30, shared_memory=lanes)[1]
+    assert got == [True] * 8
+
+
 def traced(comm):
     with trace.recording(comm) as messages:
         comm.sendrecv(np.zeros(10), (comm.rank + 1) % comm.size, source=(comm.rank - 1) % comm.size)
