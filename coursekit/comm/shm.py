@@ -61,12 +61,13 @@ messages) 1.5 ms against 3.5 ms, where every single copy waited for a rank to be
 scheduled. At most a quarter of CAPACITY, so two records always fit."""
 SPIN_S = 100e-6
 """How long a waiting rank polls its rings before it sleeps, while spinning pays."""
-POLLS_PER_YIELD = 4
-"""A spinning rank yields its core after every this many polls of its rings (it reads
-the clock only then): often
-enough that a peer sharing the core waits at most a microsecond or so more, rarely
-enough that a rank with a core of its own spends its wait polling, not in system calls
-(8 B ping-pong one-way 0.2-0.3 us faster than a yield after every poll, on a 2-core VM)."""
+MAX_POLLS_PER_YIELD = 16
+"""The most polls of its rings a spinning rank makes between two yields of its core
+(see :class:`Spinner`)."""
+SWITCHED_YIELD_S = 2e-6
+"""A yield that takes longer than this gave the core to another process (a yield nobody
+takes is one system call, a fraction of a microsecond; a switch there and back costs
+more)."""
 LATE_YIELD_S = 300e-6
 """A spinning rank yields its core between polls (``os.sched_yield``); a yield that comes
 back later than this gave the core to a process that ran a whole time slice, so the rank
@@ -88,8 +89,16 @@ class Spinner:
     after this rank's spin or time slice ends. A 1 MiB ring allreduce of 4 ranks on 2
     cores took 1.26-1.36 ms against 1.7-2.0 ms sleeping at once (a wake-up is 50-150 us
     on a small VM, and every ring step needs one) and 2.1 ms spinning without yields.
-    Where nobody else waits for the core the yield returns at once and the spin is a
-    plain one.
+
+    Where nobody else waits for the core, a yield is a system call that returns at once,
+    and a wait spent yielding after every poll answers later than one spent polling: 8 B
+    ping-pong one-way 4.9-5.2 us against 3.7-4.2 with 16 polls per yield, on a 2-core VM.
+    But 16 polls per yield halved a 4-rank 1 KiB allreduce on 2 cores (busbw 0.0019
+    against 0.0040 GB/s): a peer on the core waited 16 polls each time. So the number of
+    polls per yield (``polls``) adapts: a yield that took longer than
+    ``SWITCHED_YIELD_S`` gave the core to somebody, and the rank yields after every poll
+    again (``switched``); each wait that found its message with no such yield doubles it,
+    up to ``MAX_POLLS_PER_YIELD``.
 
     A yield that returns after ``LATE_YIELD_S`` gave the core to a process that ran a
     whole time slice (a computation that is not our peer): from then on a message that
@@ -112,6 +121,11 @@ class Spinner:
 
     def __init__(self):
         self.credit, self.waits = self.MAX_CREDIT, 0
+        self.polls = range(1)  # polls between two yields
+
+    def switched(self) -> None:
+        """A yield gave the core to another process: yield after every poll."""
+        self.polls = range(1)
 
     def budget(self) -> float:
         """Seconds the next wait may spin."""
@@ -120,9 +134,12 @@ class Spinner:
             return SPIN_S
         return self.PROBE_SPINS * SPIN_S if self.waits % self.PROBE == 0 else 0.0
 
-    def found(self) -> None:
-        """The message came while spinning."""
+    def found(self, switched: bool = False) -> None:
+        """The message came while spinning (``switched``: after a yield that gave the core
+        to somebody)."""
         self.credit = min(self.MAX_CREDIT, self.credit + 2)
+        if not switched and len(self.polls) < MAX_POLLS_PER_YIELD:
+            self.polls = range(2 * len(self.polls))
 
     def yielded_late(self) -> None:
         """A yield came back after ``LATE_YIELD_S``: the spin stops (and sleeps)."""

@@ -105,7 +105,6 @@ TAKEN_BACK = 1 << 62
 STAGED = 1 << 61
 """Bit of a REMOTE message's id: a plain send's own copy, posted after taking one back."""
 ID_MASK = STAGED - 1
-_POLLS_PER_YIELD = range(shm.POLLS_PER_YIELD)
 
 
 class Endpoint:
@@ -584,8 +583,8 @@ class ZmqComm(QueuedComm):
 
     def _read_lanes_or_socket(self, deadline, op, peer, tag, copying=False):
         """The next message from a lane or the socket: poll both (the socket only if some
-        peer is on TCP), yielding the core between polls, while spinning pays
-        (``shm.Spinner``), then sleep on the doorbell and the socket (see
+        peer is on TCP), yielding the core after every ``spinner.polls`` polls, while
+        spinning pays (``shm.Spinner``: both adapt to whether the core is shared), then sleep on the doorbell and the socket (see
         :mod:`coursekit.comm.shm` for why no wake-up is lost). Frames on the socket that
         fail authentication are read and dropped while it sleeps.
 
@@ -599,15 +598,20 @@ class ZmqComm(QueuedComm):
         spinner = self._spinner
         start, spin = now(), spinner.budget()
         yielded = start
+        polls, switched = spinner.polls, False
         while yielded - start < spin:
-            for _ in _POLLS_PER_YIELD:
+            for _ in polls:
                 got = self._poll_once()
                 if got is not None:
                     if not copying:
-                        spinner.found()
+                        spinner.found(switched)
                     return got
+            before = now()
             os.sched_yield()  # a peer that shares this core answers meanwhile
             back = now()
+            if back - before > shm.SWITCHED_YIELD_S and not copying:
+                spinner.switched()
+                polls, switched = spinner.polls, True
             if back - yielded > shm.LATE_YIELD_S:  # the core went to somebody's time slice
                 if not copying:
                     spinner.yielded_late()

@@ -362,6 +362,34 @@ def test_spinning_goes_on_while_it_pays_and_probes_when_it_did_not():
     assert spinner.budget() == shm.SPIN_S
 
 
+def test_polls_per_yield_grow_while_nobody_takes_the_core_and_drop_when_somebody_does():
+    spinner = shm.Spinner()
+    assert len(spinner.polls) == 1  # at first a spinning rank yields after every poll
+    grown = []
+    for _ in range(6):
+        spinner.found()  # a wait whose yields all returned at once
+        grown.append(len(spinner.polls))
+    assert grown == [2, 4, 8, 16, 16, 16] and shm.MAX_POLLS_PER_YIELD == 16
+    spinner.switched()  # a yield gave the core to another process
+    assert len(spinner.polls) == 1
+    spinner.found(switched=True)  # that wait's message came after the switch: no growth
+    assert len(spinner.polls) == 1
+
+
+def _polls_after_a_ping_pong(comm, switched_yield_s):
+    from coursekit.comm.examples import ping_pong
+    shm.SWITCHED_YIELD_S = switched_yield_s  # in this spawned rank only
+    ping_pong(comm, 64 << 10, 50, warmup=0)  # each wait outlasts 16 polls: it yields
+    return len(comm._spinner.polls)
+
+
+@pytest.mark.parametrize("switched_yield_s, polls", [(float("inf"), 16), (0.0, 1)])
+def test_a_wait_counts_a_yield_that_took_long_as_giving_the_core_away(switched_yield_s, polls):
+    """Every yield counted as a switch (threshold 0) keeps a rank yielding after every
+    poll; none counted (threshold inf) lets the polls per yield grow to the most."""
+    assert run_procs(_polls_after_a_ping_pong, 2, switched_yield_s, timeout=30) == [polls] * 2
+
+
 def test_a_yield_that_came_back_late_stops_the_spinning_soon():
     """A yield that handed the core to somebody's time slice costs credit: two such waits
     in a row and the rank sleeps at once (a message would wait for that slice)."""
