@@ -258,6 +258,48 @@ def test_a_record_that_claims_another_rank_is_refused():
             comm.close(linger=0)
 
 
+def _pair():
+    eps = [czmq.bind() for _ in range(2)]
+    addrs = [e.address for e in eps]
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda r: eps[r].connect(r, addrs, key=KEY, timeout=2), range(2))
+    assert a.shared_memory_peers == b.shared_memory_peers == {0, 1}
+    return a, b
+
+
+def test_records_read_in_place_are_copied_out_before_their_ring_space_is_reused():
+    """Records longer than COPIED_MAX are read in place; what a recv returns, and what it
+    keeps for a later recv, must be copies: 40 rounds wrap the 2 MiB ring five times."""
+    a, b = _pair()
+    n = 4 * shm.COPIED_MAX // 8  # float64: a 64 KiB payload, read in place
+    kept = []
+    try:
+        for i in range(40):
+            a.send(np.full(n, 2.0 * i), 1, tag=1)
+            a.send(np.full(n, 2.0 * i + 1), 1, tag=2)
+            later = b.recv(0, tag=2)  # the tag-1 record is kept for the next recv meanwhile
+            kept += [b.recv(0, tag=1), later]
+            out = np.empty(n)
+            a.send(np.full(n, -1.0), 1, tag=3)
+            assert b.recv(0, tag=3, out=out) is out and (out == -1).all()
+        assert [(k[0], k[-1]) for k in kept] == [(v, v) for v in np.arange(80.0)]
+    finally:
+        for comm in (a, b):
+            comm.close(linger=0)
+
+
+def test_close_goes_on_while_a_frame_read_in_place_is_still_referenced():
+    a, b = _pair()
+    a.send(np.ones(shm.COPIED_MAX), 1, tag=1)
+    source, frame = b._lanes.take()  # a view into b's ring, as a traceback may keep one
+    assert source == 0 and type(frame) is memoryview
+    names = [c._lanes.name for c in (a, b)]
+    for comm in (a, b):
+        comm.close(linger=0)
+    del frame  # the last reference: the ring is unmapped now
+    assert all(_maps_naming(n) == [] for n in names)
+
+
 def test_close_unmaps_and_closes_every_descriptor():
     eps = [czmq.bind() for _ in range(2)]
     addrs = [e.address for e in eps]
