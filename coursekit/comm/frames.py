@@ -74,7 +74,7 @@ def wire_array(arr) -> np.ndarray:
     Raises TypeError for anything that is not a NumPy array of a supported numeric dtype.
     """
     if type(arr) is np.ndarray and arr.dtype in DTYPE_CODE and arr.flags.c_contiguous:
-        return arr  # the common case, kept cheap: it is on every send's path
+        return arr  # already one (Comm.send checks this case inline, before calling here)
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"Comm sends NumPy arrays only, got {type(arr).__name__}; "
                         "wrap the value with np.asarray(...)")

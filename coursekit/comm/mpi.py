@@ -87,7 +87,8 @@ class MpiComm(Comm):
         self._first = bytearray(_FIRST_MAX)  # every first part is received here, then copied out
         self._headers: dict = {}  # header bytes -> (first part's length, (Header, payload))
         self._last_header = (b"-", -1, None)  # the last one: (its bytes, *its entry)
-        self._last_sent = (None, None, None, b"")  # (dtype, shape, tag, header) of the last inline send
+        # (dtype, shape, tag, header) of the last inline send: reused while they repeat
+        self._last_sent = (None, None, None, b"")
 
     def close(self) -> None:
         """Wait (at most ``timeout``) for buffered sends, then free the communicators."""

@@ -96,7 +96,8 @@ class Spinner:
 
     Where nobody else waits for the core, a yield is a system call that returns at once,
     and a wait spent yielding after every poll answers later than one spent polling: 8 B
-    ping-pong one-way 4.9-5.2 us against 3.7-4.2 with 16 polls per yield, on a 2-core VM.
+    ping-pong one-way 4.3-4.5 us against 3.8-4.0 with up to 16 polls per yield (the same
+    code otherwise, alternating runs on a 2-core VM).
     But 16 polls per yield halved a 4-rank 1 KiB allreduce on 2 cores (busbw 0.0019
     against 0.0040 GB/s): a peer on the core waited 16 polls each time. So the number of
     polls per yield (``polls``) adapts: a yield that took longer than

@@ -168,7 +168,8 @@ class ZmqComm(QueuedComm):
                  shared_memory: bool = True):
         super().__init__(rank, len(addresses), timeout=timeout, trace=trace)
         self._sealer = FrameSealer(key, rank, len(addresses))
-        self._last_sent = (None, None, None, b"")  # (dtype, shape, tag, header) of the last inline lane send
+        # (dtype, shape, tag, header) of the last inline send: reused while they repeat
+        self._last_sent = (None, None, None, b"")
         self.addresses = addresses
         self._endpoint = endpoint
         self._pull = endpoint._pull
@@ -586,9 +587,10 @@ class ZmqComm(QueuedComm):
     def _read_lanes_or_socket(self, deadline, op, peer, tag, copying=False):
         """The next message from a lane or the socket: poll both (the socket only if some
         peer is on TCP), yielding the core after every ``spinner.polls`` polls, while
-        spinning pays (``shm.Spinner``: both adapt to whether the core is shared), then sleep on the doorbell and the socket (see
-        :mod:`coursekit.comm.shm` for why no wake-up is lost). Frames on the socket that
-        fail authentication are read and dropped while it sleeps.
+        spinning pays (``shm.Spinner``: both adapt to whether the core is shared), then
+        sleep on the doorbell and the socket (see :mod:`coursekit.comm.shm` for why no
+        wake-up is lost). Frames on the socket that fail authentication are read and
+        dropped while it sleeps.
 
         A wait while a peer copies a large array of ours (``copying``) lasts n / bw_memcpy
         whatever the cores do (a third of a millisecond for 2 MiB), so it teaches the
