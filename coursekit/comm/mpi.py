@@ -3,9 +3,10 @@
 Each message is one MPI message ``header + payload`` when the payload is at most
 ``frames.INLINE_MAX`` bytes, else two: the header, then the payload (zero-copy, straight
 from the array into the receiver's buffer). MPI's own envelope does the source/tag
-matching: ``recv`` posts a receive (``MPI_Irecv``) of the first part into a buffer that
-holds the longest well-formed one, then receives the payload, if any, from the same
-source with the same tag; MPI's non-overtaking rule keeps them paired. (A matched probe,
+matching: ``recv`` starts a receive of the first part into a buffer that holds the longest
+well-formed one (a persistent ``MPI_Recv_init`` kept per source and tag: 0.1 us less per
+8 B one-way than an ``MPI_Irecv`` each time), then receives the payload, if any, from the
+same source with the same tag; MPI's non-overtaking rule keeps them paired. (A matched probe,
 ``MPI_Improbe`` then ``MPI_Mrecv``, costs ~0.5 us more per message.) A wait that breaks
 off cancels the posted receive, so no message is taken by a ``recv`` that gave up.
 
@@ -61,6 +62,8 @@ CHUNK = 1 << 18
 _FIRST_MAX = frames.HEADER_MIN + 8 * frames.MAX_NDIM + frames.INLINE_MAX
 """Longest first part a well-formed message has (a header with an inline payload)."""
 _CACHED_HEADERS = 1024
+_CACHED_RECEIVES = 64
+"""Persistent receives kept, one per (source, tag) a ``recv`` asked for (see ``_match``)."""
 
 
 def _bytes(arr: np.ndarray):
@@ -85,6 +88,7 @@ class MpiComm(Comm):
         self._byte = MPI.BYTE
         self._any = (MPI.ANY_SOURCE, MPI.ANY_TAG)
         self._first = bytearray(_FIRST_MAX)  # every first part is received here, then copied out
+        self._receives: dict = {}  # (source, tag) -> persistent receive into self._first
         self._headers: dict = {}  # header bytes -> (first part's length, (Header, payload))
         self._last_header = (b"-", -1, None)  # the last one: (its bytes, *its entry)
         # (dtype, shape, tag, header) of the last inline send: reused while they repeat
@@ -97,6 +101,7 @@ class MpiComm(Comm):
         try:
             self._wait(self._flush, (), now() + self._timeout, ("close",), ANY_SOURCE, ANY_TAG)
         finally:
+            self._free_receives()
             super().close()
             self._data.Free()
             self._sync.Free()
@@ -190,7 +195,8 @@ class MpiComm(Comm):
         src = self._any[0] if source == ANY_SOURCE else source
         tg = self._any[1] if tag == ANY_TAG else tag  # internal traffic uses another comm
         first = self._first
-        request = self._data.Irecv(first, src, tg)
+        request = self._receives.get((src, tg)) or self._persistent_receive(src, tg)
+        request.Start()
         try:
             if not request.Test(status):
                 self._wait_first(request, deadline, op, source, tag)
@@ -218,6 +224,22 @@ class MpiComm(Comm):
             self._recv_payload(header, None, peer, ptag, deadline, op)  # drop it, then report
             raise
         return header, finish(out, self._recv_payload(header, target, peer, ptag, deadline, op))
+
+    def _persistent_receive(self, src, tg):
+        """A persistent receive (``MPI_Recv_init``) of a first part from ``src`` with tag
+        ``tg`` into ``self._first``, kept for the next ``recv`` with the same pair: starting
+        it costs ~0.2 us less than posting an ``MPI_Irecv`` when timed alone, 0.1 us of an
+        8 B one-way (mpi4py builds the buffer and the request once). Every one is inactive
+        between two ``recv`` calls (completed or cancelled), so one buffer serves them all."""
+        if len(self._receives) >= _CACHED_RECEIVES:
+            self._free_receives()
+        request = self._receives[src, tg] = self._data.Recv_init(self._first, src, tg)
+        return request
+
+    def _free_receives(self) -> None:
+        for request in self._receives.values():
+            request.Free()
+        self._receives.clear()
 
     def _wait_first(self, request, deadline, op, source, tag) -> None:
         """Wait for the posted receive of a first part. Broken off (timeout, interrupt), it

@@ -215,6 +215,21 @@ def check_small_sends_with_changing_headers(comm):
         np.testing.assert_array_equal(x.ravel(), np.arange(4.0))
 
 
+def check_receives_for_many_source_tag_pairs(comm):
+    """More (source, tag) pairs than MpiComm keeps persistent receives for (the kept ones
+    are freed and made again), each pair in two rounds, received in another order than
+    sent: every message arrives intact and the kept receives stay bounded."""
+    from coursekit.comm.mpi import _CACHED_RECEIVES
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    tags = range(2 * _CACHED_RECEIVES + 5)
+    for turn in range(2):
+        for t in tags:
+            comm.send(np.array([comm.rank, t, turn]), right, tag=t)
+        got = [comm.recv(left, tag=t).tolist() for t in reversed(tags)]
+        assert got == [[left, t, turn] for t in reversed(tags)]
+        assert 0 < len(comm._receives) <= _CACHED_RECEIVES
+
+
 def check_collectives_equal_mpi_own(comm):
     """Every coursekit collective and algorithm on MpiComm == mpi4py's native collective."""
     from mpi4py import MPI
@@ -270,7 +285,8 @@ CHECKS = [check_single_copy_peers, check_collectives_equal_mpi_own, check_ring, 
           check_large_send_to_a_waiting_receiver, check_large_send_does_not_wait_for_the_receiver,
           check_large_ring_of_plain_sends, check_timeout, check_message_after_a_timeout_is_kept,
           check_oversized_first_part_is_dropped_and_named, check_barrier, check_private_context, check_trace,
-          check_small_sends_with_changing_headers]
+          check_small_sends_with_changing_headers,
+          check_receives_for_many_source_tag_pairs]
 
 
 def spmd_main() -> None:
