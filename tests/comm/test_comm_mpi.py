@@ -230,6 +230,29 @@ def check_receives_for_many_source_tag_pairs(comm):
         assert 0 < len(comm._receives) <= _CACHED_RECEIVES
 
 
+def check_one_array_sent_over_and_over_while_nobody_receives(comm):
+    """One array changed in place and sent 3000 times before its receiver looks (the
+    persistent send's buffer may be rewritten only once MPI is done with it; meanwhile
+    sends go by MPI_Isend, in order), then more (dest, tag) pairs than are kept: every
+    message arrives with the value it had when it was sent, in order."""
+    from coursekit.comm.mpi import _CACHED_SENDS
+    right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+    a = np.zeros(2)
+    for i in range(3000):
+        a[:] = i, comm.rank
+        comm.send(a, right, tag=3)
+    time.sleep(0.2)
+    got = [comm.recv(left, tag=3).tolist() for _ in range(3000)]
+    assert got == [[i, left] for i in range(3000)]
+    tags = range(10, 10 + 2 * _CACHED_SENDS)
+    for t in tags:
+        comm.send(np.array([t]), right, tag=t)
+    assert [int(comm.recv(left, tag=t)[0]) for t in tags] == list(tags)
+    comm.barrier()
+    comm._flush()
+    assert len(comm._sends) <= _CACHED_SENDS
+
+
 def check_collectives_equal_mpi_own(comm):
     """Every coursekit collective and algorithm on MpiComm == mpi4py's native collective."""
     from mpi4py import MPI
@@ -286,7 +309,8 @@ CHECKS = [check_single_copy_peers, check_collectives_equal_mpi_own, check_ring, 
           check_large_ring_of_plain_sends, check_timeout, check_message_after_a_timeout_is_kept,
           check_oversized_first_part_is_dropped_and_named, check_barrier, check_private_context, check_trace,
           check_small_sends_with_changing_headers,
-          check_receives_for_many_source_tag_pairs]
+          check_receives_for_many_source_tag_pairs,
+          check_one_array_sent_over_and_over_while_nobody_receives]
 
 
 def spmd_main() -> None:
