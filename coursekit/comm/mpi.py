@@ -25,9 +25,9 @@ Sends never wait for the receiver to arrive. A plain ``send`` of a payload up to
 ``SYNC_MIN`` bytes copies it into a private buffer (one memcpy, like ``MPI_Bsend``) and
 lets MPI finish in the background; up to ``frames.INLINE_MAX`` bytes that buffer, header
 in front, is kept with a persistent send (``MPI_Send_init``) per destination and tag, and
-reused by the next message of the same dtype and shape once MPI is done with it. From ``SYNC_MIN`` bytes on, the header goes by
-synchronous send (``MPI_Issend``, complete once the receiver has matched it) and the
-copy is made in ``CHUNK``-byte pieces, testing that header between pieces: when the
+reused by the next message of the same dtype and shape once MPI is done with it. From
+``SYNC_MIN`` bytes on, the header goes by synchronous send (``MPI_Issend``, complete once
+the receiver has matched it) and the copy is made in ``CHUNK``-byte pieces, testing that header between pieces: when the
 receiver is already in ``recv`` it matches the header while the first piece is copied,
 and the payload then goes straight from the caller's array (``send`` returns when it has
 arrived: the receiver is taking it at that moment); when it is not (it is busy, or it is
