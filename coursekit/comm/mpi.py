@@ -27,14 +27,14 @@ lets MPI finish in the background; up to ``frames.INLINE_MAX`` bytes that buffer
 in front, is kept with a persistent send (``MPI_Send_init``) per destination and tag, and
 reused by the next message of the same dtype and shape once MPI is done with it. From
 ``SYNC_MIN`` bytes on, the header goes by synchronous send (``MPI_Issend``, complete once
-the receiver has matched it) and the copy is made in ``CHUNK``-byte pieces, testing that header between pieces: when the
-receiver is already in ``recv`` it matches the header while the first piece is copied,
-and the payload then goes straight from the caller's array (``send`` returns when it has
-arrived: the receiver is taking it at that moment); when it is not (it is busy, or it is
-sending to this rank at the same time), the copy completes and ``send`` returns as
-before. So two ranks sending to each other at once never deadlock, and a send costs at
-most what the copy cost before. ``sendrecv`` sends from the caller's array without a
-copy and waits for it before returning.
+the receiver has matched it) and the copy is made in ``CHUNK``-byte pieces, testing that
+header between pieces: when the receiver is already in ``recv`` it matches the header
+while the first piece is copied, and the payload then goes straight from the caller's
+array (``send`` returns when it has arrived: the receiver is taking it at that moment);
+when it is not (it is busy, or it is sending to this rank at the same time), the copy
+completes and ``send`` returns as before. So two ranks sending to each other at once
+never deadlock, and a send costs at most what the copy cost before. ``sendrecv`` sends
+from the caller's array without a copy and waits for it before returning.
 Cost: alpha + n * beta (+ n / memcpy-bandwidth for a large plain ``send`` whose receiver
 is not waiting yet).
 
