@@ -473,31 +473,6 @@ def test_a_rank_that_yields_to_a_busy_process_stops_spinning():
     assert credit == 0
 
 
-def _turns_on_one_core(comm):
-    """Both ranks on one core take turns: each computes 1 ms, then sends to the other, which
-    waits meanwhile; rank 0's Spinner credit afterwards."""
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    comm.barrier()
-    for turn in range(16):
-        if comm.rank == turn % 2:
-            end = time.perf_counter() + 1e-3
-            while time.perf_counter() < end:  # the other rank's yield gives it the core
-                pass
-            comm.send(np.zeros(1), 1 - comm.rank, tag=1)
-        else:
-            comm.recv(1 - comm.rank, tag=1)
-    return comm._spinner.credit
-
-
-def test_a_late_yield_that_brought_the_message_keeps_the_rank_spinning():
-    """Each wait's yield hands the core to the peer's 1 ms turn (a late yield), after which
-    the message is there: the spinning paid (in a 4-rank ring on 2 cores a fifth of the
-    waits look like this). Counted as a late yield, credit would fall to 0 and every
-    message would pay a wake-up."""
-    credit, _ = run_procs(_turns_on_one_core, 2, timeout=60)
-    assert credit > 0  # MAX_CREDIT on a quiet machine; a stranger's time slice costs some
-
-
 def _outlived(comm, how):
     """Rank 1 sends one message and ends (``how``); rank 0 then reads it, waits for more,
     and fills the ring that rank 1 no longer reads."""
