@@ -63,13 +63,8 @@ COPIED_MAX = 1 << 14
 """A receiver copies a record of up to this many bytes out of the ring at once; it reads a
 longer one in place, so that its payload is copied once, into the array it ends in (a
 ``recv(out=)``'s ``out``): a 4-rank 1 MiB allreduce on 2 cores moves 256 KiB per step."""
-SPIN_S = 1e-3
-"""How long a waiting rank polls its rings before it sleeps, while spinning pays: longer
-than a ring step where ranks outnumber cores (4 ranks on 2 cores, 1 MiB allreduce: 99 % of
-the waits end within 0.65 ms), so that such a step is caught spinning instead of after a
-wake-up (50-150 us on a small VM, with the core idle meanwhile). 100 us, the value before,
-left the 4 ranks' cores idle 40 % of the time (``perf``): busbw 0.85-0.95 GB/s against
-1.2-1.3 with 1 ms (2-core VM, 2026-12-02)."""
+SPIN_S = 100e-6
+"""How long a waiting rank polls its rings before it sleeps, while spinning pays."""
 MAX_POLLS_PER_YIELD = 16
 """The most polls of its rings a spinning rank makes between two yields of its core
 (see :class:`Spinner`)."""
@@ -79,12 +74,8 @@ takes is one system call, a fraction of a microsecond; a switch there and back c
 more)."""
 LATE_YIELD_S = 300e-6
 """A spinning rank yields its core between polls (``os.sched_yield``); a yield that comes
-back later than this gave the core to a process that ran a whole time slice (see
-:class:`Spinner`)."""
-LATE_YIELDS = 2
-"""A wait stops spinning (and sleeps) after this many late yields that brought no message.
-One is not enough: in a 4-rank ring on 2 cores a fifth of the waits have one (the peer
-sharing the core ran its step), almost none two."""
+back later than this gave the core to a process that ran a whole time slice, so the rank
+stops spinning and sleeps (see :class:`Spinner`)."""
 CLAIM_GRACE_S = 2e-3
 """How long a plain send of a large array waits for its receiver to start copying it
 before it takes it back and sends a copy of its own instead (ZmqComm._send_eager)."""
@@ -115,13 +106,11 @@ class Spinner:
     up to ``MAX_POLLS_PER_YIELD``.
 
     A yield that returns after ``LATE_YIELD_S`` gave the core to a process that ran a
-    whole time slice: a peer doing its part (the message is there when the yield returns,
-    and the wait counts as found) or a computation that is not our peer, after which a
-    message that comes waits for that slice, where a sleeping rank would be woken by its
-    doorbell. So a wait that saw ``LATE_YIELDS`` such yields, or ran out of its spin after
-    one, without its message stops spinning and costs ``LATE_PENALTY`` credit; each wait
-    whose message came while spinning earns credit; each whose message came within
-    ``PROBE_SPINS * SPIN_S`` (2 ms) of going to sleep loses some (the spin gave up just
+    whole time slice (a computation that is not our peer): from then on a message that
+    comes waits for that slice, where a sleeping rank would be woken by its doorbell. So
+    such a wait stops spinning and costs ``LATE_PENALTY`` credit; each wait whose message
+    came while spinning earns credit; each whose message came within
+    ``PROBE_SPINS * SPIN_S`` (1 ms) of going to sleep loses some (the spin gave up just
     too early). A wait that slept longer says nothing about cores (its sender was
     computing) and leaves the credit as it is. Without credit a rank sleeps at once,
     except that one wait in ``PROBE`` spins ``PROBE_SPINS`` times longer, to notice when
@@ -131,7 +120,7 @@ class Spinner:
     """
 
     PROBE = 32
-    PROBE_SPINS = 2
+    PROBE_SPINS = 10
     MAX_CREDIT = 8
     LATE_PENALTY = 4
 

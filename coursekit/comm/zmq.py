@@ -602,25 +602,25 @@ class ZmqComm(QueuedComm):
         spinner = self._spinner
         start, spin = now(), spinner.budget()
         yielded = start
-        polls, switched, late = spinner.polls, False, 0
-        while spin:
+        polls, switched = spinner.polls, False
+        while yielded - start < spin:
             for _ in polls:
                 got = self._poll_once()
                 if got is not None:
                     if not copying:
                         spinner.found(switched)
                     return got
-            if late == shm.LATE_YIELDS or yielded - start >= spin:
-                if late and not copying:  # the core went to others' time slices, no message
-                    spinner.yielded_late()
-                break
             before = now()
             os.sched_yield()  # a peer that shares this core answers meanwhile
             back = now()
             if back - before > shm.SWITCHED_YIELD_S and not copying:
                 spinner.switched()
                 polls, switched = spinner.polls, True
-            late, yielded = late + (back - yielded > shm.LATE_YIELD_S), back
+            if back - yielded > shm.LATE_YIELD_S:  # the core went to somebody's time slice
+                if not copying:
+                    spinner.yielded_late()
+                break
+            yielded = back
         asleep = now()
         got = self._sleep_until_message(deadline, op, peer, tag)
         if spin and not copying:
