@@ -44,6 +44,7 @@ import select
 import struct
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -63,8 +64,12 @@ COPIED_MAX = 1 << 14
 """A receiver copies a record of up to this many bytes out of the ring at once; it reads a
 longer one in place, so that its payload is copied once, into the array it ends in (a
 ``recv(out=)``'s ``out``): a 4-rank 1 MiB allreduce on 2 cores moves 256 KiB per step."""
-SPIN_S = 100e-6
-"""How long a waiting rank polls its rings before it sleeps, while spinning pays."""
+SPIN_S = 1e-3
+"""How long a waiting rank polls its rings before it sleeps, while spinning pays: longer
+than a ring step where ranks outnumber cores (4 ranks on 2 cores, 1 MiB allreduce: 99 % of
+the waits end within 0.65 ms), so that such a step is caught spinning instead of after a
+wake-up (50-150 us on a small VM, with the core idle meanwhile). 100 us left the 4 ranks'
+cores idle 40 % of the time (``perf``, 2-core VM, 2026-12-02)."""
 MAX_POLLS_PER_YIELD = 16
 """The most polls of its rings a spinning rank makes between two yields of its core
 (see :class:`Spinner`)."""
@@ -74,8 +79,11 @@ takes is one system call, a fraction of a microsecond; a switch there and back c
 more)."""
 LATE_YIELD_S = 300e-6
 """A spinning rank yields its core between polls (``os.sched_yield``); a yield that comes
-back later than this gave the core to a process that ran a whole time slice, so the rank
-stops spinning and sleeps (see :class:`Spinner`)."""
+back later than this gave the core to a process that ran a whole time slice: if that may
+have been a stranger's, the rank stops spinning and sleeps (see :class:`Spinner`)."""
+BUSY_AFTER_WAIT_S = 1e-3
+"""A rank whose last wait ended less than this ago counts as running for its peers: it
+computes between two waits of an exchange (a 256 KiB reduction takes tens of us)."""
 CLAIM_GRACE_S = 2e-3
 """How long a plain send of a large array waits for its receiver to start copying it
 before it takes it back and sends a copy of its own instead (ZmqComm._send_eager)."""
@@ -106,12 +114,15 @@ class Spinner:
     up to ``MAX_POLLS_PER_YIELD``.
 
     A yield that returns after ``LATE_YIELD_S`` gave the core to a process that ran a
-    whole time slice (a computation that is not our peer): from then on a message that
-    comes waits for that slice, where a sleeping rank would be woken by its doorbell. So
-    such a wait stops spinning and costs ``LATE_PENALTY`` credit; each wait whose message
-    came while spinning earns credit; each whose message came within
-    ``PROBE_SPINS * SPIN_S`` (1 ms) of going to sleep loses some (the spin gave up just
-    too early). A wait that slept longer says nothing about cores (its sender was
+    whole time slice. A peer's slice is the spin working (it did its part of the exchange
+    meanwhile: in a 4-rank ring on 2 cores a fifth of the waits see one); a stranger's
+    slice (a computation that is not our peer) means a message that comes waits for that
+    slice, where a sleeping rank would be woken by its doorbell. Which it was is told by
+    counting (:meth:`Lanes.others_running`): if more tasks are runnable on the host than
+    this rank and its running peers, such a wait stops spinning and costs
+    ``LATE_PENALTY`` credit. Each wait whose message came while spinning earns credit;
+    each whose message came within ``PROBE_SPINS * SPIN_S`` (2 ms) of going to sleep
+    loses some (the spin gave up just too early). A wait that slept longer says nothing about cores (its sender was
     computing) and leaves the credit as it is. Without credit a rank sleeps at once,
     except that one wait in ``PROBE`` spins ``PROBE_SPINS`` times longer, to notice when
     the cores are its peers' again (longer, because its peer may be asleep too and take a
@@ -120,7 +131,7 @@ class Spinner:
     """
 
     PROBE = 32
-    PROBE_SPINS = 10
+    PROBE_SPINS = 2
     MAX_CREDIT = 8
     LATE_PENALTY = 4
 
@@ -166,6 +177,8 @@ _TOKEN = 16                 # the segment begins with a random token its peers c
 _PREFIX = 128               # ... in a prefix that keeps the rings on 64-byte lines
 _PAGE = mmap.PAGESIZE
 _SLEEPING = 8               # the u64 word of the prefix saying "the owner sleeps: ring"
+_BUSY_UNTIL = 2             # the prefix's u64 word saying until when (CLOCK_MONOTONIC ns) the
+_FOREVER = (1 << 64) - 1    # owner runs (on another cache line than _SLEEPING, which senders read)
 
 
 def supported() -> bool:
@@ -359,6 +372,10 @@ class Lanes:
         self.outbound: dict[int, tuple[Ring, int]] = {}            # enabled peers: ring, bell fd
         self.outbound[rank] = (self.inbound[rank], self.bell_w)
         self.watches: dict[int, int] = {}  # peer -> pidfd of its process (readable once it ends)
+        try:
+            self._loadavg = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._loadavg = None
 
     def offer(self) -> np.ndarray:
         """(pid, segment fd, doorbell fd, token) for the peers, as u64 words."""
@@ -469,14 +486,49 @@ class Lanes:
     def bell_of(self, peer: int) -> int:
         return self.outbound[peer][1]
 
+    # ---- telling peers from strangers ---------------------------------------------------
+    def spinning(self) -> None:
+        """Tell the peers this rank runs (it polls its rings) until further notice."""
+        self.segment.words[_BUSY_UNTIL] = _FOREVER
+
+    def waited(self) -> None:
+        """Tell the peers this rank runs for ``BUSY_AFTER_WAIT_S`` more (its wait ended)."""
+        self.segment.words[_BUSY_UNTIL] = time.monotonic_ns() + int(BUSY_AFTER_WAIT_S * 1e9)
+
+    def others_running(self) -> int:
+        """How many runnable tasks on this host are neither this rank nor a running peer
+        (:meth:`running_peers`): the count of runnable tasks (:meth:`runnable_tasks`, this
+        rank among them) less those. Where it cannot be read, 1: assume a stranger."""
+        running = self.runnable_tasks()
+        return 1 if running is None else running - 1 - self.running_peers()
+
+    def runnable_tasks(self) -> int | None:
+        """Tasks (threads) runnable on this host now, the caller among them: the fourth
+        field of ``/proc/loadavg`` (``running/total``), read in about a microsecond; None
+        where there is none."""
+        try:
+            return int(os.pread(self._loadavg, 64, 0).split()[3].split(b"/")[0])
+        except (TypeError, OSError, ValueError, IndexError):
+            return None
+
+    def running_peers(self) -> int:
+        """Same-host peers that run now: they spin, or ended a wait within
+        ``BUSY_AFTER_WAIT_S`` (:meth:`spinning`, :meth:`waited`; a sleeping one does not)."""
+        now = time.monotonic_ns()
+        return sum(1 for segment, _ in self.attached.values() if segment.words[_BUSY_UNTIL] > now)
+
     def going_to_sleep(self) -> None:
         """Ask senders to ring (then take one last look before sleeping on the pipe)."""
-        self.segment.words[_SLEEPING] = 1
+        words = self.segment.words
+        words[_BUSY_UNTIL] = 0
+        words[_SLEEPING] = 1
         fence()
 
     def woke_up(self) -> None:
         """Senders need not ring any more; empty the pipe."""
-        self.segment.words[_SLEEPING] = 0
+        words = self.segment.words
+        words[_SLEEPING] = 0
+        self.waited()
         try:
             while os.read(self.bell_r, 4096):
                 pass
@@ -500,6 +552,8 @@ class Lanes:
         self.segment.close()
         os.close(self.bell_r)
         os.close(self.bell_w)
+        if self._loadavg is not None:
+            os.close(self._loadavg)
 
 
 def watch_process(pid: int) -> int | None:

@@ -599,25 +599,30 @@ class ZmqComm(QueuedComm):
         got = self._poll_once()
         if got is not None:
             return got
-        spinner = self._spinner
+        spinner, lanes = self._spinner, self._lanes
         start, spin = now(), spinner.budget()
         yielded = start
         polls, switched = spinner.polls, False
-        while yielded - start < spin:
+        if spin:
+            lanes.spinning()
+        while spin:
             for _ in polls:
                 got = self._poll_once()
                 if got is not None:
+                    lanes.waited()
                     if not copying:
                         spinner.found(switched)
                     return got
+            if yielded - start >= spin:
+                break
             before = now()
             os.sched_yield()  # a peer that shares this core answers meanwhile
             back = now()
             if back - before > shm.SWITCHED_YIELD_S and not copying:
                 spinner.switched()
                 polls, switched = spinner.polls, True
-            if back - yielded > shm.LATE_YIELD_S:  # the core went to somebody's time slice
-                if not copying:
+            if back - yielded > shm.LATE_YIELD_S and lanes.others_running() > 0:
+                if not copying:  # the core went to a stranger's time slice
                     spinner.yielded_late()
                 break
             yielded = back

@@ -473,6 +473,82 @@ def test_a_rank_that_yields_to_a_busy_process_stops_spinning():
     assert credit == 0
 
 
+def test_a_rank_counts_the_peers_that_run_and_not_those_that_sleep_or_idle():
+    """A peer counts as running while it spins and for BUSY_AFTER_WAIT_S after a wait (it
+    computes between two waits); not once it sleeps, nor long after its last wait (an
+    engine idle between cells is no reason to keep spinning)."""
+    me, peer = shm.Lanes(0, 2, senders=[1]), shm.Lanes(1, 2, senders=[0])
+    try:
+        assert me.attach(1, peer.offer())
+        assert me.running_peers() == 0  # it never waited
+        peer.spinning()
+        assert me.running_peers() == 1
+        peer.going_to_sleep()
+        assert me.running_peers() == 0
+        peer.woke_up()
+        assert me.running_peers() == 1
+        time.sleep(2 * shm.BUSY_AFTER_WAIT_S)
+        assert me.running_peers() == 0
+        peer.waited()
+        assert me.running_peers() == 1
+    finally:
+        me.close()
+        peer.close()
+
+
+def test_a_process_that_never_sleeps_is_counted_as_a_stranger():
+    """/proc/loadavg counts runnable tasks; with a process spinning beside this one and no
+    running peer, at least one is a stranger in every look (more on a busy machine)."""
+    lanes = shm.Lanes(0, 1, senders=[])
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        looks = [lanes.others_running() for _ in range(50)]
+        assert lanes.runnable_tasks() >= 2
+    finally:
+        hog.kill()
+        hog.wait()
+        lanes.close()
+    assert min(looks) >= 1, looks
+
+
+def _turns_on_one_core(comm, strangers):
+    """Both ranks on one core take turns: each computes 1 ms, then sends to the other, which
+    waits meanwhile, its yields handing the core to that turn; ``strangers`` is what
+    :meth:`Lanes.others_running` says (the host's real count would make the outcome depend
+    on what else runs). Rank 0's Spinner credit afterwards, and how many of its waits
+    stopped spinning after a late yield."""
+    shm.Lanes.others_running = lambda self: strangers  # in this spawned rank only
+    stopped = []
+    penalty = shm.Spinner.yielded_late
+    shm.Spinner.yielded_late = lambda self: stopped.append(penalty(self))
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    comm.barrier()
+    for turn in range(16):
+        if comm.rank == turn % 2:
+            end = time.perf_counter() + 1e-3
+            while time.perf_counter() < end:
+                pass
+            comm.send(np.zeros(1), 1 - comm.rank, tag=1)
+        else:
+            comm.recv(1 - comm.rank, tag=1)
+    return comm._spinner.credit, len(stopped)
+
+
+def test_a_late_yield_to_a_peer_keeps_the_rank_spinning():
+    """Each wait's yield hands the core to the peer's 1 ms turn (a late yield), after which
+    the message is there: spinning paid (in a 4-rank ring on 2 cores a fifth of the waits
+    look like this). Counted as a stranger's slice, credit would fall to 0 and every
+    message pay a wake-up."""
+    (credit, stopped), _ = run_procs(_turns_on_one_core, 2, 0, timeout=60)
+    assert stopped == 0 and credit > 0, (stopped, credit)
+
+
+def test_a_late_yield_while_a_stranger_is_runnable_stops_the_spinning():
+    (credit, stopped), _ = run_procs(_turns_on_one_core, 2, 1, timeout=60)
+    assert stopped >= 1, credit
+
+
 def _outlived(comm, how):
     """Rank 1 sends one message and ends (``how``); rank 0 then reads it, waits for more,
     and fills the ring that rank 1 no longer reads."""
