@@ -169,14 +169,16 @@ if "mpi" in fits:
 # - **Shared memory**: the software path is the Comm's own Python: checking the arguments,
 #   framing, matching by source and tag, and copying a few bytes into and out of the ring.
 #   What a one-way message adds to it is the receiver noticing the record: it polls its
-#   rings for up to 100 µs while polling has been paying, and yields its core between
+#   rings for up to 1 ms while polling has been paying, and yields its core between
 #   polls, so an engine that shares the core (perhaps the sender) runs meanwhile (after
 #   every poll while somebody else takes the core when offered, after up to 16 polls while
 #   nobody does: each yield is a system call that delays noticing the message); else it
 #   sleeps until the sender rings its doorbell (a one-byte pipe write), and then the
 #   message pays a wake-up of the receiving engine. It also sleeps when a yield handed the
-#   core to a program that kept it for a whole time slice. Large messages are copied
-#   once, near `memcpy` speed.
+#   core for a whole time slice to a program that is not one of its peers (more tasks were
+#   runnable on the machine than itself and its running peers), because a message that
+#   comes meanwhile waits for that slice to end. Large messages are copied once, near
+#   `memcpy` speed.
 # - **MPI**: MPICH's shared memory in C, polled in a loop; what this course's MpiComm adds
 #   on top is the same kind of Python software path.
 #
