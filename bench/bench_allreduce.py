@@ -29,9 +29,9 @@ SIZES = (1 << 10, 1 << 20, 64 << 20)
 
 
 def _iters(nbytes):
-    """Samples per size: 256 MiB of calls at most, at least 9 (a median of 3 moved by a
+    """Samples per size: 64 at 1 MiB, at most 200, at least 9 (a median of 3 moved by a
     third when one of four ranks on two cores was descheduled in one sample)."""
-    return max(9, min(200, (256 << 20) // (nbytes * 16)))
+    return max(9, min(200, (1 << 30) // (nbytes * 16)))
 
 
 def _time(mpi, fn, iters):
