@@ -122,12 +122,12 @@ class Spinner:
     this rank and its running peers, such a wait stops spinning and costs
     ``LATE_PENALTY`` credit. Each wait whose message came while spinning earns credit;
     each whose message came within ``PROBE_SPINS * SPIN_S`` (2 ms) of going to sleep
-    loses some (the spin gave up just too early). A wait that slept longer says nothing about cores (its sender was
-    computing) and leaves the credit as it is. Without credit a rank sleeps at once,
-    except that one wait in ``PROBE`` spins ``PROBE_SPINS`` times longer, to notice when
-    the cores are its peers' again (longer, because its peer may be asleep too and take a
-    wake-up to answer). Open MPI's ``mpi_yield_when_idle`` makes the choice to yield
-    once, from a count of ranks and cores.
+    loses some (the spin gave up just too early). A wait that slept longer says nothing
+    about cores (its sender was computing) and leaves the credit as it is. Without credit
+    a rank sleeps at once, except that one wait in ``PROBE`` spins ``PROBE_SPINS`` times
+    longer, to notice when the cores are its peers' again (longer, because its peer may be
+    asleep too and take a wake-up to answer). Open MPI's ``mpi_yield_when_idle`` makes the
+    choice to yield once, from a count of ranks and cores.
     """
 
     PROBE = 32
