@@ -70,6 +70,13 @@ than a ring step where ranks outnumber cores (4 ranks on 2 cores, 1 MiB allreduc
 the waits end within 0.65 ms), so that such a step is caught spinning instead of after a
 wake-up (50-150 us on a small VM, with the core idle meanwhile). 100 us left the 4 ranks'
 cores idle 40 % of the time (``perf``, 2-core VM, 2026-12-02)."""
+PROBE_S = 2e-3
+"""How long a probing wait spins (see :class:`Spinner`)."""
+SOCKET_SPIN_S, SOCKET_PROBE_S = 100e-6, 1e-3
+"""The same where some peers are on TCP (other hosts): a message from such a peer needs
+the ZeroMQ I/O threads of both ranks, which a longer spin on a shared core delays. Four
+engines on two network-namespace hosts on 2 cores fitted a busy-link alpha of 372, 647
+and 1616 us spinning up to 1 ms, 459 and 489 us spinning 100 us (ch03, 2026-12-02)."""
 MAX_POLLS_PER_YIELD = 16
 """The most polls of its rings a spinning rank makes between two yields of its core
 (see :class:`Spinner`)."""
@@ -121,23 +128,29 @@ class Spinner:
     counting (:meth:`Lanes.others_running`): if more tasks are runnable on the host than
     this rank and its running peers, such a wait stops spinning and costs
     ``LATE_PENALTY`` credit. Each wait whose message came while spinning earns credit;
-    each whose message came within ``PROBE_SPINS * SPIN_S`` (2 ms) of going to sleep
+    each whose message came within ``probe_s`` of going to sleep
     loses some (the spin gave up just too early). A wait that slept longer says nothing
     about cores (its sender was computing) and leaves the credit as it is. Without credit
-    a rank sleeps at once, except that one wait in ``PROBE`` spins ``PROBE_SPINS`` times
-    longer, to notice when the cores are its peers' again (longer, because its peer may be
-    asleep too and take a wake-up to answer). Open MPI's ``mpi_yield_when_idle`` makes the
-    choice to yield once, from a count of ranks and cores.
+    a rank sleeps at once, except that one wait in ``PROBE`` spins ``probe_s``, longer
+    than ``spin_s``, to notice when the cores are its peers' again (longer, because its
+    peer may be asleep too and take a wake-up to answer). Open MPI's
+    ``mpi_yield_when_idle`` makes the choice to yield once, from a count of ranks and
+    cores.
     """
 
     PROBE = 32
-    PROBE_SPINS = 2
     MAX_CREDIT = 8
     LATE_PENALTY = 4
 
-    def __init__(self):
+    def __init__(self, spin_s: float = SPIN_S, probe_s: float = PROBE_S):
+        self.spin_s, self.probe_s = spin_s, probe_s
         self.credit, self.waits = self.MAX_CREDIT, 0
         self.polls = range(1)  # polls between two yields
+
+    @classmethod
+    def for_peers(cls, all_on_lanes: bool) -> "Spinner":
+        """The Spinner of a comm whose peers are all on lanes, or not (some on TCP)."""
+        return cls() if all_on_lanes else cls(SOCKET_SPIN_S, SOCKET_PROBE_S)
 
     def switched(self) -> None:
         """A yield gave the core to another process: yield after every poll."""
@@ -147,8 +160,8 @@ class Spinner:
         """Seconds the next wait may spin."""
         self.waits += 1
         if self.credit > 0:
-            return SPIN_S
-        return self.PROBE_SPINS * SPIN_S if self.waits % self.PROBE == 0 else 0.0
+            return self.spin_s
+        return self.probe_s if self.waits % self.PROBE == 0 else 0.0
 
     def found(self, switched: bool = False) -> None:
         """The message came while spinning (``switched``: after a yield that gave the core
@@ -163,7 +176,7 @@ class Spinner:
 
     def slept(self, seconds: float) -> None:
         """Spinning ran out; the message came ``seconds`` after the rank went to sleep."""
-        if seconds < self.PROBE_SPINS * SPIN_S:
+        if seconds < self.probe_s:
             self.credit = max(0, self.credit - 1)
 
 _CONTROL = 192              # head at +0, tail at +64, writer_waiting at +128: own cache lines;

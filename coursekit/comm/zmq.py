@@ -275,8 +275,8 @@ class ZmqComm(QueuedComm):
         self._peer_pid[self.rank] = self._pid  # large messages to itself go by single copy too
         self._remote_peers = frozenset(self._peer_pid)
         self._lanes, self._lane_out = lanes, lanes.outbound
-        self._spinner = shm.Spinner()
         self._socket_peers = len(self._lane_out) < self.size
+        self._spinner = shm.Spinner.for_peers(not self._socket_peers)
         self._poller = zmq.Poller()
         self._poller.register(self._pull, zmq.POLLIN)
         self._poller.register(lanes.bell_r, zmq.POLLIN)
