@@ -169,7 +169,8 @@ if "mpi" in fits:
 # - **Shared memory**: the software path is the Comm's own Python: checking the arguments,
 #   framing, matching by source and tag, and copying a few bytes into and out of the ring.
 #   What a one-way message adds to it is the receiver noticing the record: it polls its
-#   rings for up to 1 ms while polling has been paying, and yields its core between
+#   rings for up to 1 ms (100 µs where some engines are on other hosts, whose messages need
+#   ZeroMQ's threads) while polling has been paying, and yields its core between
 #   polls, so an engine that shares the core (perhaps the sender) runs meanwhile (after
 #   every poll while somebody else takes the core when offered, after up to 16 polls while
 #   nobody does: each yield is a system call that delays noticing the message); else it
