@@ -18,8 +18,8 @@ sender** (itself included) and a **doorbell**:
   The sender stores the record before it stores ``head``; x86-64 keeps stores in order
   (TSO), which is why lanes are used on x86-64 only;
 * the doorbell is a non-blocking pipe and a ``sleeping`` word in the owner's segment. A
-  waiting owner polls its rings for up to ``SPIN_S``, yielding its core between polls
-  (see :class:`Spinner`), then sets
+  waiting owner polls its rings for up to ``SPIN_S`` (``SOCKET_SPIN_S`` where some peers
+  are on TCP), yielding its core between polls (see :class:`Spinner`), then sets
   ``sleeping``, looks once more and sleeps in ``poll`` on the pipe (and on its TCP
   socket). A sender stores its record and ``head``, then reads ``sleeping`` and writes a
   byte into the pipe only if it is set. Both sides put a full memory fence between their
@@ -128,8 +128,8 @@ class Spinner:
     counting (:meth:`Lanes.others_running`): if more tasks are runnable on the host than
     this rank and its running peers, such a wait stops spinning and costs
     ``LATE_PENALTY`` credit. Each wait whose message came while spinning earns credit;
-    each whose message came within ``probe_s`` of going to sleep
-    loses some (the spin gave up just too early). A wait that slept longer says nothing
+    each whose message came within ``probe_s`` of going to sleep loses some (the spin
+    gave up just too early). A wait that slept longer says nothing
     about cores (its sender was computing) and leaves the credit as it is. Without credit
     a rank sleeps at once, except that one wait in ``PROBE`` spins ``probe_s``, longer
     than ``spin_s``, to notice when the cores are its peers' again (longer, because its
@@ -539,8 +539,7 @@ class Lanes:
 
     def woke_up(self) -> None:
         """Senders need not ring any more; empty the pipe."""
-        words = self.segment.words
-        words[_SLEEPING] = 0
+        self.segment.words[_SLEEPING] = 0
         self.waited()
         try:
             while os.read(self.bell_r, 4096):
