@@ -171,11 +171,16 @@ def test_this_engine_outside_an_engine():
 @pytest.mark.mpi
 def test_mpi_engines_get_their_mpi_rank():
     pytest.importorskip("mpi4py", reason="needs the mpi extra: pip install '.[mpi]'")
+    from coursekit.comm.mpich_segments import named_segments
+
     with cluster.start(n=3, engines="mpi") as c:
         infos = c.run(cluster.this_engine)
         mpi_ranks = c.run(mpi_world_rank)
+        named = c.run(named_segments)
     assert [(i.rank, i.size, i.mpi) for i in infos] == [(r, 3, True) for r in range(3)]
     assert mpi_ranks == [0, 1, 2]  # coursekit's rank is the MPI rank
+    # the probe unlinked MPICH's bootstrap segment: an engine ended by a signal leaves none
+    assert named == [{}] * 3
 
 
 @interactive

@@ -52,6 +52,21 @@ def test_requirements_this_cluster_cannot_meet(local):
     assert "preflight FAILED" in report.text() and "fix:" in report.text()
 
 
+def test_engine_facts_do_not_start_mpi_in_an_engine_no_mpi_launcher_started():
+    """An MPI singleton would leave its segment in /dev/shm when the engine is killed."""
+    pytest.importorskip("mpi4py")
+    from coursekit.cluster import MPI_LAUNCHER_VARIABLES
+    env = {k: v for k, v in os.environ.items() if k not in MPI_LAUNCHER_VARIABLES}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from coursekit.cluster.preflight import engine_facts;"
+         "print(engine_facts()['mpi']); print('mpi4py.MPI' in sys.modules)"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    facts_mpi, imported = probe.stdout.splitlines()
+    assert facts_mpi.startswith("mpi4py ") and "not an MPI rank" in facts_mpi
+    assert imported == "False"
+
+
 def test_gpu_count_follows_cuda_visible_devices(monkeypatch, tmp_path):
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\nfor i in 0 1 2 3; do echo \"GPU $i: Tesla P40 (UUID: x$i)\"; done\n")

@@ -170,6 +170,8 @@ def _probe_engine() -> tuple[int | None, str]:
         from mpi4py import MPI
     except ImportError:
         return None, host
+    from coursekit.comm.mpich_segments import forget_bootstrap_segments
+    forget_bootstrap_segments()  # the engine ends by a signal: MPI_Finalize never removes it
     world = MPI.COMM_WORLD
     return (world.Get_rank() if world.Get_size() > 1 else None), host
 

@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from coursekit import checks
-from coursekit.cluster import gpu_probe
+from coursekit.cluster import MPI_LAUNCHER_VARIABLES, gpu_probe
 
 __all__ = ["Check", "Report", "engine_facts", "gpu_kernel_check", "main", "run_preflight"]
 
@@ -97,18 +97,29 @@ def _gpu_count() -> int:
     return min(n, len(ids))
 
 
+def _mpi_library() -> str:
+    """Runs on an engine: "mpi4py" and its MPI library's name, "" where mpi4py is missing.
+
+    MPI is initialized (``mpi4py.MPI`` imported) only in a process an MPI launcher started,
+    as :func:`coursekit.cluster._probe_engine` does: in any other engine it would start an
+    MPI singleton, whose segment in /dev/shm outlives the engine."""
+    try:
+        import mpi4py
+    except ImportError:
+        return ""
+    if not any(name in os.environ for name in MPI_LAUNCHER_VARIABLES):
+        return f"mpi4py {mpi4py.__version__} (this engine is not an MPI rank)"
+    from mpi4py import MPI
+    return f"mpi4py {MPI.Get_library_version().splitlines()[0][:40]}"
+
+
 def engine_facts() -> dict:
     """Runs on an engine: host, GPUs, CUDA_VISIBLE_DEVICES, MPI availability, and the
     GPU probe (:func:`coursekit.cluster.gpu_probe.probe`: which GPU, does a kernel run)."""
     gpu = gpu_probe.probe()
-    try:
-        from mpi4py import MPI
-        mpi = f"mpi4py {MPI.Get_library_version().splitlines()[0][:40]}"
-    except ImportError:
-        mpi = ""
     return {"host": socket.gethostname(), "pid": os.getpid(),
             "gpus": max(_gpu_count(), gpu["gpus"]), "gpu": gpu,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "mpi": mpi,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "mpi": _mpi_library(),
             "mpiexec": bool(shutil.which("mpiexec") or
                             os.path.exists(os.path.join(sys.prefix, "bin", "mpiexec")))}
 

@@ -103,6 +103,9 @@ class MpiComm(Comm):
 
     def __init__(self, mpi_comm=None, *, timeout: float = 30.0, trace: bool = False):
         from mpi4py import MPI
+
+        from .mpich_segments import forget_bootstrap_segments
+        forget_bootstrap_segments()  # a rank killed by a signal leaves no file in /dev/shm
         self._MPI = MPI
         base = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         if not isinstance(base, MPI.Intracomm):

@@ -91,9 +91,20 @@ def ipcluster(ipython_dir: str | Path, profile: str, *args: str, env: dict | Non
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
+def mpich_segments() -> set[str]:
+    """The MPICH shared-memory files in /dev/shm (coursekit.comm.mpich_segments)."""
+    from coursekit.comm.mpich_segments import SEGMENT_PREFIX
+    folder = Path(SEGMENT_PREFIX).parent
+    return {str(p) for p in folder.glob(Path(SEGMENT_PREFIX).name + "*")}
+
+
 class DaemonCluster:
     """A cluster started by ``ipcluster start --daemonize`` in its own IPYTHONDIR; stopped by
-    ``ipcluster stop``, then every process that inherited that IPYTHONDIR is ended."""
+    ``ipcluster stop``, then every process that inherited that IPYTHONDIR is ended.
+
+    Leaving the ``with`` block without an error also checks that the stopped engines left no
+    MPICH segment in /dev/shm (each MPI engine set left one per host before
+    :mod:`coursekit.comm.mpich_segments`); any found is removed, then reported."""
 
     def __init__(self, ipython_dir: str | Path, profile: str, n: int, *, env=None,
                  timeout: float = 180.0):
@@ -105,13 +116,14 @@ class DaemonCluster:
         return self.ipython_dir / f"profile_{self.profile}" / "security" / "ipcontroller-client.json"
 
     def __enter__(self) -> "DaemonCluster":
+        self.segments_before = mpich_segments()
         started = ipcluster(self.ipython_dir, self.profile, "start", "--daemonize",
                             env=self.env, timeout=self.timeout)
         assert started.returncode == 0, started.stdout
         try:
             census(self.client_file_when_written(), self.n, timeout=self.timeout)
         except BaseException:
-            self.__exit__()
+            self.__exit__(*sys.exc_info())
             raise
         return self
 
@@ -135,3 +147,8 @@ class DaemonCluster:
 
         ipcluster(self.ipython_dir, self.profile, "stop", env=self.env, timeout=120)
         end_cluster_processes(str(self.ipython_dir))
+        left = sorted(mpich_segments() - self.segments_before)
+        for path in left:
+            Path(path).unlink(missing_ok=True)
+        if not any(exc):
+            assert not left, f"the stopped engines left MPICH segments in /dev/shm: {left}"
