@@ -340,6 +340,9 @@ def _busy_receiver(comm):
 
 def _attentive_receiver(comm):
     """Rank 1 waits in recv: rank 0's plain sends go by single copy (nothing staged)."""
+    # a loaded machine may keep the woken receiver off a core longer than the 2 ms grace
+    # (then staging is right); a receiver in a call claims the array, however long it takes
+    shm.CLAIM_GRACE_S = 1.0  # in this spawned rank only
     n = 1 << 18
     if comm.rank == 0:
         for i in range(3):
